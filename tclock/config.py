@@ -1,0 +1,214 @@
+"""Typed configuration and its validation.
+
+``TrainConfig`` holds every knob of one training run.  ``load_config`` merges defaults, a
+YAML file and explicit overrides (CLI flags), then ``validate`` checks everything that can
+be checked before anything compiles, raising ``ConfigError`` with the field name and a fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and the fix."""
+
+
+@dataclass
+class TrainConfig:
+    # task
+    env: str = "pointmass_reach"
+    env_kwargs: dict = field(default_factory=dict)
+    episode_length: int = 0  # 0: the task's registered default
+    backend: str = ""  # "": the task's default physics pipeline
+    # sizes (see DESIGN.md: B = num_envs, T = unroll_length)
+    num_envs: int = 256
+    unroll_length: int = 32
+    num_minibatches: int = 4
+    num_epochs: int = 4
+    total_steps: int = 2_000_000  # env steps per seed
+    seeds: int = 1
+    seed: int = 0
+    # learner
+    algo: str = "ppo"
+    lr: float = 3e-4
+    lr_schedule: str = "constant"  # constant | linear | cosine
+    lr_warmup: int = 0  # iterations
+    lr_scaling: str = "none"  # none | sqrt | linear: scale lr with num_envs / lr_base_envs
+    lr_base_envs: int = 256
+    gamma: float = 0.97
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    policy_hidden: tuple = (64, 64)
+    value_hidden: tuple = (64, 64)
+    activation: str = "tanh"  # tanh | relu | swish
+    normalize_obs: bool = True
+    reward_scale: float = 1.0
+    advantage: str = "gae"
+    # diagnostics
+    diag_every: int = 1  # cheap statistics (activation, advantage shape): every N iterations
+    gdc_every: int = 1  # GDC and noise scale: every N iterations (0 = never)
+    gdc_k: int = 5  # minibatch gradients per GDC estimate
+    gdc_minibatch: int = 64  # transitions per GDC minibatch
+    # run
+    out: str = "runs/latest"
+    checkpoint_every: int = 20  # iterations
+    target_success: float = 0.5  # success rate that counts as "target reached" in sweeps
+    progress: bool = True
+
+    @property
+    def transitions_per_rollout(self) -> int:
+        return self.num_envs * self.unroll_length
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.transitions_per_rollout // self.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.total_steps // self.transitions_per_rollout)
+
+    def scaled_lr(self) -> float:
+        ratio = self.num_envs / self.lr_base_envs
+        return self.lr * {"none": 1.0, "sqrt": math.sqrt(ratio), "linear": ratio}[self.lr_scaling]
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["policy_hidden"] = list(self.policy_hidden)
+        d["value_hidden"] = list(self.value_hidden)
+        return d
+
+    def replace(self, **changes) -> "TrainConfig":
+        return coerce(dataclasses.replace(self, **changes))
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+_CHOICES = {
+    "lr_schedule": ("constant", "linear", "cosine"),
+    "lr_scaling": ("none", "sqrt", "linear"),
+    "activation": ("tanh", "relu", "swish"),
+    "advantage": ("gae",),
+    "algo": ("ppo",),
+}
+
+
+def _coerce_field(name: str, value: Any) -> Any:
+    default = _FIELDS[name].default if _FIELDS[name].default is not dataclasses.MISSING else None
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                if value.lower() in ("true", "1", "yes", "on"):
+                    return True
+                if value.lower() in ("false", "0", "no", "off"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if isinstance(default, int):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(float(value)) if isinstance(value, str) else int(value)
+        if isinstance(default, float):
+            return float(value)
+        if isinstance(default, str):
+            return str(value)
+        if isinstance(default, tuple):
+            return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: cannot read {value!r} as {type(default).__name__}; "
+                          f"give a {type(default).__name__} like {default!r}") from None
+    return value
+
+
+def coerce(cfg: TrainConfig) -> TrainConfig:
+    for name in _FIELDS:
+        if name != "env_kwargs":
+            setattr(cfg, name, _coerce_field(name, getattr(cfg, name)))
+    return cfg
+
+
+def from_dict(data: dict, base: TrainConfig | None = None, source: str = "config") -> TrainConfig:
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(_FIELDS))}")
+    cfg = dataclasses.replace(base or TrainConfig())
+    for k, v in data.items():
+        setattr(cfg, k, v)
+    return coerce(cfg)
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist; check the path given to --config")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ConfigError(f"config file {path} is not valid YAML{at}: {getattr(e, 'problem', e)}; "
+                          "fix the syntax (fields are `name: value` pairs)") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must be a mapping of field: value, got {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: dict | None = None) -> TrainConfig:
+    cfg = TrainConfig()
+    if path:
+        cfg = from_dict(read_yaml(path), cfg, source=str(path))
+    if overrides:
+        cfg = from_dict({k: v for k, v in overrides.items() if v is not None}, cfg, source="command line")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: TrainConfig) -> TrainConfig:
+    """Checks a config before anything compiles. Returns it, or raises ConfigError."""
+    from tclock import envs  # local: envs imports brax, config stays light otherwise
+
+    if cfg.env not in envs.names():
+        raise ConfigError(f"env: unknown env {cfg.env!r}; choose one of: {', '.join(envs.names())}")
+    for name in ("num_envs", "unroll_length", "num_minibatches", "num_epochs", "total_steps", "seeds",
+                 "checkpoint_every", "gdc_k", "gdc_minibatch", "diag_every", "lr_base_envs"):
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"{name}: must be a positive integer, got {getattr(cfg, name)}")
+    if cfg.episode_length < 0:
+        raise ConfigError(f"episode_length: must be >= 0 (0 = the task's default), got {cfg.episode_length}")
+    if cfg.gdc_every < 0:
+        raise ConfigError(f"gdc_every: must be >= 0 (0 disables GDC), got {cfg.gdc_every}")
+    for name, choices in _CHOICES.items():
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(f"{name}: {getattr(cfg, name)!r} is not one of {', '.join(choices)}")
+    n = cfg.transitions_per_rollout
+    if n % cfg.num_minibatches:
+        ok = [m for m in range(1, min(n, 64) + 1) if n % m == 0]
+        raise ConfigError(
+            f"num_minibatches: num_envs*unroll_length = {cfg.num_envs}*{cfg.unroll_length} = {n} is not divisible "
+            f"by num_minibatches={cfg.num_minibatches}; pick num_minibatches from {ok[-8:]} or change num_envs")
+    if cfg.total_steps < n:
+        raise ConfigError(f"total_steps: {cfg.total_steps} is less than one rollout (num_envs*unroll_length = {n}); "
+                          f"raise total_steps to at least {n}")
+    if cfg.gdc_every and cfg.gdc_minibatch > n:
+        raise ConfigError(f"gdc_minibatch: {cfg.gdc_minibatch} exceeds the rollout's {n} transitions; "
+                          f"set gdc_minibatch <= {n}")
+    if cfg.gdc_every and cfg.gdc_k < 2:
+        raise ConfigError(f"gdc_k: GDC needs at least 2 gradients, got {cfg.gdc_k}")
+    if not 0.0 < cfg.gamma <= 1.0:
+        raise ConfigError(f"gamma: must be in (0, 1], got {cfg.gamma}")
+    if not 0.0 <= cfg.gae_lambda <= 1.0:
+        raise ConfigError(f"gae_lambda: must be in [0, 1], got {cfg.gae_lambda}")
+    if cfg.lr <= 0:
+        raise ConfigError(f"lr: must be positive, got {cfg.lr}")
+    if not cfg.policy_hidden or not cfg.value_hidden or min(cfg.policy_hidden + cfg.value_hidden) <= 0:
+        raise ConfigError("policy_hidden / value_hidden: give one or more positive layer widths, e.g. [64, 64]")
+    return cfg
