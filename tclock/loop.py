@@ -71,6 +71,26 @@ class CompiledAgent:
     compiles: int
 
 
+# Fields that do not change the compiled programs (they live on the host or are arguments).
+_HOST_ONLY_FIELDS = {"out", "total_steps", "progress", "checkpoint_every", "seed", "target_success", "lr",
+                     "lr_schedule", "lr_warmup", "lr_scaling", "lr_base_envs", "diag_every", "gdc_every"}
+_COMPILED: dict = {}
+
+
+def program_key(cfg: TrainConfig, num_envs: int, with_gdc: bool) -> str:
+    fields = {k: v for k, v in cfg.to_dict().items() if k not in _HOST_ONLY_FIELDS}
+    return repr((sorted(fields.items()), num_envs, with_gdc, jax.default_backend()))
+
+
+def compiled_for(cfg: TrainConfig, num_envs: int, state, with_gdc: bool,
+                 announce: Callable[[str], None] = lambda s: None) -> CompiledAgent:
+    """Compiled programs for this config and size, reused within the process."""
+    key = program_key(cfg, num_envs, with_gdc)
+    if key not in _COMPILED:
+        _COMPILED[key] = compile_agent(build_agent(cfg, num_envs), state, with_gdc, announce)
+    return _COMPILED[key]
+
+
 def compile_agent(agent: PPO, state, with_gdc: bool, announce: Callable[[str], None] = lambda s: None) -> CompiledAgent:
     t0 = time.perf_counter()
     announce(f"compiling rollout (num_envs={agent.env.num_envs}, unroll_length={agent.cfg.unroll_length})")
@@ -166,7 +186,7 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
 
     steps_per_iter = cfg.transitions_per_rollout
     progress = _Progress(cfg.progress, cfg.num_iterations * steps_per_iter, start_iteration * steps_per_iter)
-    compiled = compile_agent(agent, state, with_gdc=cfg.gdc_every > 0, announce=progress.phase)
+    compiled = compiled_for(cfg, cfg.num_envs, state, with_gdc=cfg.gdc_every > 0, announce=progress.phase)
     writer = runlog.RunWriter(run_dir, cfg.to_dict(), resume_iteration=start_iteration if checkpoint else None)
     ratios = deque(host["ratios"], maxlen=RATIO_WINDOW)
     wall_offset = host["wall_s"]
@@ -221,6 +241,7 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
             if not finite.all():
                 bad = [i for i, ok in enumerate(finite) if not ok]
                 good_it = last_good[0]
+                save(*last_good)
                 writer.mark("failed", reason="non-finite loss or parameters", iteration=number, seeds=bad,
                             last_good_checkpoint=good_it)
                 raise TrainingDiverged(

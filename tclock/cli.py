@@ -1,0 +1,159 @@
+"""Command line: ``tclock train | sweep | profile | doctor | plot | envs``.
+
+Every ``TrainConfig`` field is a flag of ``train`` and ``sweep`` (``num_envs`` ->
+``--num-envs``); ``--config FILE.yaml`` supplies fields too, and flags win over the file.
+
+Exit codes: 0 success; 1 ``doctor`` found the two-clocks pattern; 2 bad input (config,
+unreadable run directory); 3 training diverged (non-finite loss or parameters).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import warnings
+
+from tclock.config import ConfigError, TrainConfig
+
+EXIT_OK, EXIT_TWO_CLOCKS, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, skip: tuple = ()) -> None:
+    """One flag per TrainConfig field; defaults are None so only given flags override."""
+    parser.add_argument("--config", help="YAML file of config fields (flags override it)")
+    group = parser.add_argument_group("config fields (see docs/config.md)")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in skip:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if isinstance(default, bool):
+            group.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                               help=f"(default {default})")
+        elif isinstance(default, tuple):
+            group.add_argument(_flag(f.name), dest=f.name, nargs="+", type=int, default=None,
+                               help=f"(default {' '.join(map(str, default))})")
+        elif isinstance(default, dict):
+            group.add_argument(_flag(f.name), dest=f.name, type=_yaml_mapping, default=None,
+                               help="YAML/JSON mapping passed to the env factory, e.g. '{radius: 0.2}'")
+        else:
+            group.add_argument(_flag(f.name), dest=f.name, type=str, default=None, help=f"(default {default!r})")
+
+
+def _yaml_mapping(text: str) -> dict:
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise argparse.ArgumentTypeError(f"not valid YAML: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a mapping such as '{radius: 0.2}'")
+    return value
+
+
+def config_from_args(args: argparse.Namespace, extra: dict | None = None):
+    from tclock.config import load_config
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    overrides = {k: v for k, v in vars(args).items() if k in names and v is not None}
+    overrides.update(extra or {})
+    return load_config(args.config, overrides)
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_train(args) -> int:
+    from tclock.loop import TrainingDiverged, train
+
+    cfg = config_from_args(args)
+    try:
+        result = train(cfg, resume=args.resume, overwrite=args.overwrite)
+    except TrainingDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    final = result.final
+    success = final.get("success_rate") or []
+    mean_success = sum(v for v in success if v is not None) / max(1, len(success))
+    print(f"run: {result.run_dir}  iterations: {result.iterations}  compile: {result.compile_s:.1f}s  "
+          f"train wall: {result.wall_s:.1f}s  env steps/s (all seeds): {result.env_steps_per_s:,.0f}  "
+          f"final success: {mean_success:.2f}  rt/ut (w50): {final.get('rt_ut_ratio_w50') or 0:.2f}")
+    print(f"next: tclock doctor {result.run_dir}   |   tclock plot {result.run_dir}")
+    return EXIT_OK
+
+
+def cmd_doctor(args) -> int:
+    from tclock.doctor import run_doctor
+
+    return run_doctor(args.run_dir, as_json=args.json)
+
+
+def cmd_plot(args) -> int:
+    from tclock import runlog
+    from tclock.plots import plot_run
+
+    try:
+        paths = plot_run(args.run_dir, args.out)
+    except runlog.RunFormatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for p in paths:
+        print(p)
+    return EXIT_OK
+
+
+def cmd_envs(args) -> int:
+    from tclock import envs
+
+    for name in envs.names():
+        s = envs.spec(name)
+        print(f"{name:28s} episode_length={s.episode_length:<5d} {s.description}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tclock", description="Two clocks in on-policy RL: measure, locate, mitigate.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train one config (S seeds in one program) into a run directory")
+    add_config_flags(p)
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("doctor", help="read a run directory and say whether it is healthy (exit 0/1/2)")
+    p.add_argument("run_dir")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("plot", help="write PNG plots of a run directory")
+    p.add_argument("run_dir")
+    p.add_argument("--out", default=None, help="folder for the PNGs (default: the run directory)")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("envs", help="list the registered environments")
+    p.set_defaults(func=cmd_envs)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", message=".*not actively being maintained.*")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted: the last complete iteration is checkpointed; continue with --resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

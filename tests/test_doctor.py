@@ -1,0 +1,397 @@
+"""tclock.doctor on synthetic run directories written with tclock.runlog.RunWriter."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tclock import doctor, runlog
+from tclock.doctor import diagnose, format_table, report_to_dict, run_doctor
+from tclock.runlog import RunWriter
+
+BASE_CONFIG = dict(env="reach_sparse", algo="ppo", num_envs=64, unroll_length=32, seeds=3, diag_every=5,
+                   gdc_every=5, advantage="hae", hae_window=16, drbs={"enabled": True}, lr_clock="hybrid")
+
+
+def make_run(root: Path, name: str = "run", n: int = 60, seeds: int = 3, ratio=lambda i: 0.5,
+             act=lambda i: 0.01 + 0.003 * i, skew=lambda i: 0.5, gdc=lambda i: 0.9, b_simple=lambda i: 640.0,
+             ret_step=lambda i, w: 1.0, config: dict | None = None, drop: tuple = (), diag_every: int = 5,
+             noise: float = 0.02, seed: int = 0) -> Path:
+    """A run shaped like the loop's output: w50 is the mean of the last <= 50 non-null raw ratios,
+    the return grows by ``ret_step(i, w50)`` per iteration."""
+    rng = np.random.default_rng(seed)
+    cfg = {**BASE_CONFIG, "seeds": seeds, **(config or {})}
+    run_dir = root / name
+    writer = RunWriter(run_dir, cfg)
+    B, T = cfg.get("num_envs", 64), cfg.get("unroll_length", 32)
+    ratios: list[float] = []
+    ret = np.zeros(seeds)
+    for i in range(1, n + 1):
+        r = None if i == 1 else max(0.0, ratio(i) + rng.normal(0, noise))
+        if r is not None:
+            ratios.append(r)
+        w = float(np.mean(ratios[-50:])) if ratios else None
+        ret = ret + ret_step(i, w if w is not None else 0.0) * (1 + 0.05 * rng.normal(size=seeds))
+        rec = {
+            "iteration": i, "env_steps": i * B * T, "wall_s": 0.1 * i, "rt_s": 0.05,
+            "learn_s": 0.05, "ut_s": None if i == 1 else 0.1, "rt_ut_ratio": r, "rt_ut_ratio_w50": w,
+            "num_envs": B, "compiles": 2,
+            "episode_return": ret.tolist(),
+            "success_rate": np.clip(act(i) * 3 + 0.01 * rng.normal(size=seeds), 0, 1).tolist(),
+            "episodes": [4] * seeds,
+            "activation_rate": (max(0.0, act(i)) * (1 + 0.05 * rng.normal(size=seeds))).clip(0).tolist(),
+            "adv_mean": [0.0] * seeds, "adv_std": [1.0] * seeds,
+            "adv_skew": (skew(i) + noise * rng.normal(size=seeds)).tolist(),
+            "adv_top1_share": [0.01] * seeds, "kl_behavior": [0.01] * seeds, "clip_frac": [0.1] * seeds,
+            "policy_loss": [0.0] * seeds, "value_loss": [1.0] * seeds, "entropy": [1.0] * seeds,
+            "lr": [3e-4] * seeds,
+        }
+        if i % diag_every == 0:
+            g = gdc(i)
+            rec.update({"gdc": (g + 0.01 * rng.normal(size=seeds)).tolist(), "gdc_policy": [g] * seeds,
+                        "gdc_value": [g - 0.05] * seeds, "b_simple": [b_simple(i)] * seeds,
+                        "grad_norm_sq": [1.0] * seeds, "trace_sigma": [1.0] * seeds})
+        for k in drop:
+            rec.pop(k, None)
+        writer.log(rec)
+    writer.mark("finished")
+    writer.close()
+    return run_dir
+
+
+def verdicts(report) -> dict:
+    return {r.signal: r.verdict for r in report.rows}
+
+
+# --------------------------------------------------------------------------- signals
+def test_healthy_run_exits_0(tmp_path):
+    run = make_run(tmp_path)
+    report = diagnose(run)
+    v = verdicts(report)
+    for sig in ("rt_ut_ratio_w50", "rt_ut_plateau", "activation_rate", "adv_skew", "gdc"):
+        assert v[sig] == "healthy", (sig, report.row(sig).value)
+    assert v["b_simple"] == "info"
+    assert report.verdict == "healthy" and report.exit_code == 0
+    assert report.row("activation_rate").data["trend"] == "rising"
+    out = io.StringIO()
+    assert run_doctor(run, stream=out) == 0
+    text = out.getvalue()
+    assert text == format_table(report)
+    assert "overall: healthy" in text and "rt_ut_ratio_w50" in text and "checklist" in text
+    assert "env=reach_sparse" in text
+
+
+def test_stalled_ratio_is_two_clocks(tmp_path):
+    run = make_run(tmp_path, n=40, ratio=lambda i: 1.3)
+    report = diagnose(run)
+    row = report.row("rt_ut_ratio_w50")
+    assert row.verdict == "two-clocks", row.value
+    assert row.data["stall_streak"] >= doctor.SUSTAIN
+    assert report.row("activation_rate").verdict == "healthy"
+    assert report.row("adv_skew").verdict == "healthy"
+    assert report.exit_code == 1 and report.verdict == "two-clocks"
+    out = io.StringIO()
+    assert run_doctor(run, stream=out) == 1
+    assert "overall: two-clocks: rt_ut_ratio_w50" in out.getvalue()
+
+
+def test_stall_without_w50_key_is_recomputed(tmp_path):
+    run = make_run(tmp_path, n=40, ratio=lambda i: 1.3, drop=("rt_ut_ratio_w50",))
+    row = diagnose(run).row("rt_ut_ratio_w50")
+    assert row.verdict == "two-clocks"
+    assert "recomputed" in row.data["source"]
+
+
+def test_short_stall_is_only_risk(tmp_path):
+    run = make_run(tmp_path, n=15, ratio=lambda i: 1.3)
+    report = diagnose(run)
+    assert report.row("rt_ut_ratio_w50").verdict == "risk"
+    assert report.exit_code == 0
+
+
+@pytest.mark.parametrize("level, expected", [(0.15, "watch"), (0.5, "healthy"), (0.76, "risk")])
+def test_ratio_levels(tmp_path, level, expected):
+    report = diagnose(make_run(tmp_path, n=30, ratio=lambda i: level, noise=0.01))
+    row = report.row("rt_ut_ratio_w50")
+    assert row.verdict == expected, row.value
+    if expected == "watch":
+        assert "batch may be small" in row.value
+    assert report.exit_code == 0
+
+
+def _plateau_ratio(i):
+    return 0.5 if i <= 50 else 0.95
+
+
+def test_plateau_with_falling_return_is_two_clocks(tmp_path):
+    run = make_run(tmp_path, n=140, ratio=_plateau_ratio, noise=0.01,
+                   ret_step=lambda i, w: 0.05 if w > 0.8 else 1.0)
+    report = diagnose(run)
+    row = report.row("rt_ut_plateau")
+    assert row.verdict == "two-clocks", row.value
+    flagged = [p for p in row.data["plateaus"] if p["falling"]]
+    assert flagged and flagged[-1]["length"] >= doctor.SUSTAIN
+    assert flagged[-1]["slope_plateau"] < 0.5 * flagged[-1]["slope_before"]
+    # level alone is only a risk: the plateau + slope rule is what flags it
+    assert report.row("rt_ut_ratio_w50").verdict == "risk"
+    assert report.exit_code == 1
+
+
+def test_plateau_with_steady_return_is_watch(tmp_path):
+    report = diagnose(make_run(tmp_path, n=140, ratio=_plateau_ratio, noise=0.01, ret_step=lambda i, w: 1.0))
+    assert report.row("rt_ut_plateau").verdict == "watch"
+    assert report.row("rt_ut_ratio_w50").verdict == "risk"
+    assert report.exit_code == 0 and report.verdict == "risk"
+
+
+def test_activation_dead_is_two_clocks(tmp_path):
+    run = make_run(tmp_path, n=40, act=lambda i: 0.05 + 0.002 * i if i <= 25 else 0.0)
+    report = diagnose(run)
+    row = report.row("activation_rate")
+    assert row.verdict == "two-clocks", row.value
+    assert row.data["dead_streak"] == 15
+    assert report.row("rt_ut_ratio_w50").verdict == "healthy"
+    assert report.exit_code == 1
+
+
+def test_activation_dead_then_recovered_is_watch(tmp_path):
+    report = diagnose(make_run(tmp_path, n=60, act=lambda i: 0.0 if 6 <= i <= 20 else 0.05 + 0.001 * i))
+    row = report.row("activation_rate")
+    assert row.verdict == "watch" and "recovered" in row.value
+    assert report.exit_code == 0
+
+
+def test_activation_dead_only_in_warmup_is_ignored(tmp_path):
+    report = diagnose(make_run(tmp_path, n=40, act=lambda i: 0.0 if i <= doctor.ACT_WARMUP else 0.05 + 0.001 * i))
+    assert report.row("activation_rate").verdict == "healthy"
+
+
+def test_activation_oscillating_is_risk(tmp_path):
+    report = diagnose(make_run(tmp_path, n=40, act=lambda i: 0.3 if i % 2 else 0.0))
+    row = report.row("activation_rate")
+    assert row.verdict == "risk" and "oscillating" in row.value
+    assert row.data["flips"] >= doctor.ACT_FLIPS
+
+
+def test_skew_streak_is_two_clocks(tmp_path):
+    run = make_run(tmp_path, n=40, skew=lambda i: 3.0 if i > 32 else 0.5)
+    report = diagnose(run)
+    row = report.row("adv_skew")
+    assert row.verdict == "two-clocks", row.value
+    assert row.data["longest_recent_run"] == 8
+    assert report.exit_code == 1
+
+
+def test_negative_skew_short_run_is_risk(tmp_path):
+    report = diagnose(make_run(tmp_path, n=40, skew=lambda i: -3.0 if 30 < i <= 35 else 0.5))
+    assert report.row("adv_skew").verdict == "risk"
+    assert report.exit_code == 0
+
+
+@pytest.mark.parametrize("g, expected, code", [(0.92, "healthy", 0), (0.7, "watch", 0), (0.45, "two-clocks", 1)])
+def test_gdc_levels(tmp_path, g, expected, code):
+    report = diagnose(make_run(tmp_path, n=30, gdc=lambda i: g))
+    assert report.row("gdc").verdict == expected
+    assert report.exit_code == code
+
+
+def test_gdc_absent_is_not_checkable(tmp_path):
+    report = diagnose(make_run(tmp_path, n=30, drop=("gdc", "gdc_policy", "gdc_value", "b_simple")))
+    assert report.row("gdc").verdict == "not-checkable"
+    assert report.row("b_simple").verdict == "not-checkable"
+    diag = report.row("diagnostics logged")
+    assert diag.verdict == "missing" and diag.data["absent"] == ["gdc"]
+    assert report.exit_code == 0
+
+
+def test_b_simple_converted_to_envs(tmp_path):
+    row = diagnose(make_run(tmp_path, n=30, b_simple=lambda i: 640.0)).row("b_simple")
+    assert row.data["median_transitions"] == pytest.approx(640.0)
+    assert row.data["median_envs"] == pytest.approx(640.0 / 32)
+    assert row.data["num_envs_over_b_simple"] == pytest.approx(64 / 20)
+
+
+# --------------------------------------------------------------------------- unreadable input
+def _write_lines(run: Path, lines: list[str]) -> None:
+    runlog.write_text(run / runlog.METRICS_FILE, "".join(l + "\n" for l in lines))
+
+
+def test_broken_json_line_exits_2(tmp_path):
+    run = make_run(tmp_path, n=5)
+    good = [json.dumps(r) for r in runlog.read_metrics(run)]
+    _write_lines(run, good[:2] + ['{"iteration": 3, "rt_ut_ratio": 0.5'] + good[3:])
+    out = io.StringIO()
+    assert run_doctor(run, stream=out) == 2
+    msg = out.getvalue()
+    assert "metrics.jsonl:3" in msg and "not valid JSON" in msg
+
+
+def test_missing_directory_exits_2(tmp_path):
+    out = io.StringIO()
+    assert run_doctor(tmp_path / "nope", stream=out) == 2
+    assert "nope" in out.getvalue() and "does not exist" in out.getvalue()
+
+
+def test_empty_metrics_exits_2(tmp_path):
+    run = make_run(tmp_path, n=3)
+    _write_lines(run, [])
+    out = io.StringIO()
+    assert run_doctor(run, stream=out) == 2
+    assert "metrics.jsonl" in out.getvalue() and "no records" in out.getvalue()
+
+
+def test_missing_required_key_exits_2(tmp_path):
+    run = make_run(tmp_path, n=5, drop=("rt_ut_ratio",))
+    out = io.StringIO()
+    assert run_doctor(run, stream=out) == 2
+    assert "'rt_ut_ratio'" in out.getvalue() and "iteration 1" in out.getvalue()
+
+
+def test_non_numeric_metric_exits_2(tmp_path):
+    run = make_run(tmp_path, n=3)
+    recs = runlog.read_metrics(run)
+    recs[1]["adv_skew"] = ["high", 1.0, 1.0]
+    _write_lines(run, [json.dumps(r) for r in recs])
+    out = io.StringIO()
+    assert run_doctor(run, stream=out) == 2
+    assert "adv_skew" in out.getvalue()
+
+
+def test_json_error_output(tmp_path, capsys):
+    out = io.StringIO()
+    assert run_doctor(tmp_path / "nope", as_json=True, stream=out) == 2
+    d = json.loads(out.getvalue())
+    assert d["verdict"] == "unreadable" and d["exit_code"] == 2 and "nope" in d["error"]
+    assert "cannot read" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- json
+@pytest.mark.parametrize("shape, code", [("healthy", 0), ("stalled", 1)])
+def test_json_output_matches_report(tmp_path, shape, code):
+    run = make_run(tmp_path, n=40, ratio=(lambda i: 1.3) if shape == "stalled" else (lambda i: 0.5))
+    report = diagnose(run)
+    out = io.StringIO()
+    assert run_doctor(run, as_json=True, stream=out) == code
+    d = json.loads(out.getvalue())
+    assert d == report_to_dict(report)
+    assert d["exit_code"] == code == report.exit_code
+    assert d["verdict"] == report.verdict == ("two-clocks" if code else "healthy")
+    sig = {s["signal"]: s["verdict"] for s in d["signals"]}
+    assert sig["rt_ut_ratio_w50"] == ("two-clocks" if code else "healthy")
+    items = {c["item"]: c["status"] for c in d["checklist"]}
+    assert items["GPU memory < 85%"] == "not-checkable"
+    assert d["run"]["env"] == "reach_sparse" and d["run"]["iterations"] == 40
+
+
+def test_main_json_flag(tmp_path, capsys):
+    run = make_run(tmp_path, n=40, ratio=lambda i: 1.3)
+    assert doctor.main([str(run), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["verdict"] == "two-clocks"
+
+
+# --------------------------------------------------------------------------- checklist
+def _items(report) -> dict:
+    return {r.signal: r.verdict for r in report.checklist}
+
+
+def test_checklist_follows_files_and_config(tmp_path):
+    sweep = tmp_path / "sweep"
+    run = make_run(sweep, n=25, act=lambda i: 0.04)  # reward gap ~25 steps -> window 12.5-20; 16 fits
+    items = _items(diagnose(run))
+    assert items["diagnostics logged"] == "ok"
+    assert items["latency baseline"] == "missing"
+    assert items["batch <= 0.7 x critical"] == "not-checkable"
+    assert items["DRBS on"] == "ok"
+    assert items["HAE window calibrated"] == "ok"
+    assert items["LR schedule on wall time"] == "ok"
+    assert items["reward-event unit test"] == "not-checkable"
+    assert items["GPU memory < 85%"] == "not-checkable"
+
+    runlog.write_json(sweep / "profile.json", {"rows": []})
+    runlog.write_json(sweep / "summary.json", {"b_crit": 1000.0})
+    report = diagnose(run)
+    items = _items(report)
+    assert items["latency baseline"] == "ok"
+    assert items["batch <= 0.7 x critical"] == "ok"
+    assert report.row("batch <= 0.7 x critical").data["limit"] == pytest.approx(700.0)
+
+    runlog.write_json(sweep / "summary.json", {"b_crit": 80})  # 64 > 0.7 * 80 = 56
+    assert _items(diagnose(run))["batch <= 0.7 x critical"] == "missing"
+    runlog.write_json(sweep / "summary.json", {"b_crit": None})
+    assert _items(diagnose(run))["batch <= 0.7 x critical"] == "not-checkable"
+
+
+@pytest.mark.parametrize("window, act, expected", [
+    (16, 0.04, "ok"),        # gap 25 -> 12.5..20
+    (16, 0.2, "missing"),    # gap 5 -> 2.5..4
+    (4, 0.04, "missing"),
+    (32, 0.001, "ok"),       # gap 1000 -> capped at unroll_length 32
+    (16, 0.0, "ok"),         # no reward event to calibrate against: config alone
+])
+def test_hae_window_calibration(tmp_path, window, act, expected):
+    run = make_run(tmp_path, n=25, act=lambda i: act, config={"hae_window": window}, noise=0.0)
+    row = diagnose(run).row("HAE window calibrated")
+    assert row.verdict == expected, row.value
+
+
+def test_profile_in_run_dir_counts(tmp_path):
+    run = make_run(tmp_path, n=10)
+    runlog.write_json(run / "profile.json", {"rows": []})
+    assert _items(diagnose(run))["latency baseline"] == "ok"
+
+
+def test_checklist_config_fields(tmp_path):
+    run = make_run(tmp_path, "a", n=10, config={"drbs": {"enabled": False}, "advantage": "gae", "lr_clock": "steps"})
+    items = _items(diagnose(run))
+    assert items["DRBS on"] == items["HAE window calibrated"] == items["LR schedule on wall time"] == "missing"
+    run = make_run(tmp_path, "b", n=10, config={"advantage": "hae", "hae_window": None, "lr_clock": "wall"})
+    items = _items(diagnose(run))
+    assert items["HAE window calibrated"] == "missing" and items["LR schedule on wall time"] == "ok"
+    cfg = {k: v for k, v in BASE_CONFIG.items() if k not in ("drbs", "advantage", "hae_window", "lr_clock")}
+    writer = RunWriter(tmp_path / "c", cfg)
+    for rec in runlog.read_metrics(run):
+        writer.log(rec)
+    writer.close()
+    items = _items(diagnose(tmp_path / "c"))
+    for item in ("DRBS on", "HAE window calibrated", "LR schedule on wall time"):
+        assert items[item] == "not-checkable"
+    # checklist advice never changes the exit code
+    assert diagnose(tmp_path / "c").exit_code == diagnose(run).exit_code == 0
+
+
+def test_missing_config_is_tolerated(tmp_path):
+    run = make_run(tmp_path, n=25)
+    (run / runlog.CONFIG_FILE).unlink()
+    report = diagnose(run)
+    assert report.exit_code == 0
+    assert any("config.yaml" in n for n in report.notes)
+    assert _items(report)["DRBS on"] == "not-checkable"
+    assert "unroll_length unknown" in report.row("b_simple").value
+
+
+# --------------------------------------------------------------------------- helpers and hygiene
+def test_helpers():
+    assert doctor.streaks([False, True, True, False, True]) == [(1, 2), (4, 4)]
+    assert doctor.trailing_streak([True, False, True, True]) == 2
+    assert doctor.trailing_streak([]) == 0
+    assert doctor.flips([True, False, False, True, False]) == 3
+    x = np.arange(10.0)
+    assert doctor.slope(x, 3 * x + 1) == pytest.approx(3.0)
+    assert doctor.slope(np.ones(4), x[:4]) is None
+
+
+def test_no_jax_and_no_direct_file_reads():
+    code = ("import sys, tclock.doctor, tclock.plots; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('jax', 'flax', 'brax', 'optax') "
+            "or m.startswith(('tclock.loop', 'tclock.agents'))]; print(bad); sys.exit(1 if bad else 0)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for mod in (doctor, sys.modules["tclock.plots"]):
+        src = Path(mod.__file__).read_text()
+        for forbidden in ("open(", "read_text(", "json.load(", "json.loads(", "yaml."):
+            assert forbidden not in src, (mod.__name__, forbidden)
