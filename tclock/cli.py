@@ -56,13 +56,15 @@ def _yaml_mapping(text: str) -> dict:
     return value
 
 
-def config_from_args(args: argparse.Namespace, extra: dict | None = None):
-    from tclock.config import load_config
+def config_from_args(args: argparse.Namespace, extra: dict | None = None, defaults: dict | None = None):
+    """Defaults < ``defaults`` (command-specific) < YAML file < flags < ``extra``."""
+    from tclock.config import from_dict, load_config
 
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     overrides = {k: v for k, v in vars(args).items() if k in names and v is not None}
     overrides.update(extra or {})
-    return load_config(args.config, overrides)
+    base = from_dict(defaults or {}, source="command defaults")
+    return load_config(args.config, overrides, base=base)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -82,6 +84,40 @@ def cmd_train(args) -> int:
           f"train wall: {result.wall_s:.1f}s  env steps/s (all seeds): {result.env_steps_per_s:,.0f}  "
           f"final success: {mean_success:.2f}  rt/ut (w50): {final.get('rt_ut_ratio_w50') or 0:.2f}")
     print(f"next: tclock doctor {result.run_dir}   |   tclock plot {result.run_dir}")
+    return EXIT_OK
+
+
+SWEEP_DEFAULTS = {"seeds": 3, "total_steps": 600_000, "gdc_every": 4, "out": "runs/sweep"}
+
+
+def cmd_sweep(args) -> int:
+    from tclock.sweep import SweepSpec, run_sweep
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k for k, v in vars(args).items() if k in names and v is not None}
+    from_file = set(_yaml_keys(args.config))
+    defaults = {k: v for k, v in SWEEP_DEFAULTS.items() if k not in given | from_file}
+    base = config_from_args(args, extra=None, defaults=defaults)
+    spec = SweepSpec(batch_sizes=tuple(args.batch_sizes), budget=args.budget, minibatch=args.minibatch,
+                     minibatch_size=args.minibatch_size, devices=args.devices)
+    run_sweep(base, spec, base.out, progress=base.progress)
+    return EXIT_OK
+
+
+def _yaml_keys(path) -> list:
+    from tclock.config import read_yaml
+
+    return list(read_yaml(path)) if path else []
+
+
+def cmd_profile(args) -> int:
+    from tclock.profile import format_profile, profile
+
+    cfg = config_from_args(args)
+    result = profile(cfg, batch_sizes=tuple(args.batch_sizes), rollout_steps=args.rollout_steps,
+                     update_every=args.update_every, repeats=args.repeats, with_update=not args.no_update,
+                     out_dir=args.out_dir)
+    print(format_profile(result))
     return EXIT_OK
 
 
@@ -123,6 +159,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("sweep", help="train every batch size in a list (S seeds each) and locate the critical point")
+    add_config_flags(p)
+    from tclock.sweep import DEFAULT_BATCH_SIZES
+
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=list(DEFAULT_BATCH_SIZES),
+                   help="num_envs values to sweep (default: %(default)s)")
+    p.add_argument("--budget", choices=("steps", "iterations"), default="steps",
+                   help="fixed across the sweep: env steps per seed (total_steps) or iterations (default: steps)")
+    p.add_argument("--minibatch", choices=("count", "size"), default="count",
+                   help="fixed across the sweep: num_minibatches or --minibatch-size transitions (default: count)")
+    p.add_argument("--minibatch-size", type=int, default=0, help="transitions per minibatch with --minibatch size")
+    p.add_argument("--devices", type=int, default=0, help="JAX devices to spread batch sizes over (0 = all)")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("profile", help="pre-flight latency profile: rollout time vs batch size, RT/UT estimate")
+    add_config_flags(p)
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[64, 128, 256, 512])
+    p.add_argument("--rollout-steps", type=int, default=100, help="steps per timed rollout (default 100)")
+    p.add_argument("--update-every", type=int, default=1000,
+                   help="planned update interval in env steps for the write-up's RT/UT estimate (default 1000)")
+    p.add_argument("--repeats", type=int, default=3, help="timed rollouts per batch size (median)")
+    p.add_argument("--no-update", action="store_true", help="time rollouts only, not the learning phase")
+    p.add_argument("--out-dir", default=None, help="write profile.json and profile.md here")
+    p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("doctor", help="read a run directory and say whether it is healthy (exit 0/1/2)")
     p.add_argument("run_dir")

@@ -53,8 +53,7 @@ class TrainConfig:
     normalize_obs: bool = True
     reward_scale: float = 1.0
     advantage: str = "gae"
-    # diagnostics
-    diag_every: int = 1  # cheap statistics (activation, advantage shape): every N iterations
+    # diagnostics (activation, advantage shape: every iteration, they cost nothing measurable)
     gdc_every: int = 1  # GDC and noise scale: every N iterations (0 = never)
     gdc_k: int = 5  # minibatch gradients per GDC estimate
     gdc_minibatch: int = 64  # transitions per GDC minibatch
@@ -162,8 +161,9 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def load_config(path: str | Path | None = None, overrides: dict | None = None) -> TrainConfig:
-    cfg = TrainConfig()
+def load_config(path: str | Path | None = None, overrides: dict | None = None,
+                base: TrainConfig | None = None) -> TrainConfig:
+    cfg = base or TrainConfig()
     if path:
         cfg = from_dict(read_yaml(path), cfg, source=str(path))
     if overrides:
@@ -179,7 +179,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     if cfg.env not in envs.names():
         raise ConfigError(f"env: unknown env {cfg.env!r}; choose one of: {', '.join(envs.names())}")
     for name in ("num_envs", "unroll_length", "num_minibatches", "num_epochs", "total_steps", "seeds",
-                 "checkpoint_every", "gdc_k", "gdc_minibatch", "diag_every", "lr_base_envs"):
+                 "checkpoint_every", "gdc_k", "gdc_minibatch", "lr_base_envs"):
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name}: must be a positive integer, got {getattr(cfg, name)}")
     if cfg.episode_length < 0:

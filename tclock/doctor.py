@@ -443,7 +443,7 @@ def _skew_row(records, iters) -> Row:
 def _gdc_row(records) -> Row:
     thr = f">{GDC_FRESH} healthy; {GDC_LOW}–{GDC_FRESH} watch; <{GDC_LOW} two-clocks (median of last {GDC_RECENT})"
     if not _present(records, "gdc"):
-        return Row("gdc", "gdc never logged (enable diagnostics: gdc_every / diag_every)", thr, "not-checkable")
+        return Row("gdc", "gdc never logged (enable gradient diagnostics with gdc_every >= 1)", thr, "not-checkable")
     its, m = seed_matrix(records, "gdc")
     mean = nanmean_rows(m)
     ok = np.isfinite(mean)

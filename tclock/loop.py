@@ -73,19 +73,19 @@ class CompiledAgent:
 
 # Fields that do not change the compiled programs (they live on the host or are arguments).
 _HOST_ONLY_FIELDS = {"out", "total_steps", "progress", "checkpoint_every", "seed", "target_success", "lr",
-                     "lr_schedule", "lr_warmup", "lr_scaling", "lr_base_envs", "diag_every", "gdc_every"}
+                     "lr_schedule", "lr_warmup", "lr_scaling", "lr_base_envs", "gdc_every"}
 _COMPILED: dict = {}
 
 
-def program_key(cfg: TrainConfig, num_envs: int, with_gdc: bool) -> str:
+def program_key(cfg: TrainConfig, num_envs: int, with_gdc: bool, device=None) -> str:
     fields = {k: v for k, v in cfg.to_dict().items() if k not in _HOST_ONLY_FIELDS}
-    return repr((sorted(fields.items()), num_envs, with_gdc, jax.default_backend()))
+    return repr((sorted(fields.items()), num_envs, with_gdc, jax.default_backend(), str(device)))
 
 
 def compiled_for(cfg: TrainConfig, num_envs: int, state, with_gdc: bool,
-                 announce: Callable[[str], None] = lambda s: None) -> CompiledAgent:
-    """Compiled programs for this config and size, reused within the process."""
-    key = program_key(cfg, num_envs, with_gdc)
+                 announce: Callable[[str], None] = lambda s: None, device=None) -> CompiledAgent:
+    """Compiled programs for this config, size and device, reused within the process."""
+    key = program_key(cfg, num_envs, with_gdc, device)
     if key not in _COMPILED:
         _COMPILED[key] = compile_agent(build_agent(cfg, num_envs), state, with_gdc, announce)
     return _COMPILED[key]
@@ -159,8 +159,14 @@ class _Progress:
 
 
 def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
-          clock: Callable[[], float] = time.perf_counter) -> RunResult:
-    """Trains ``cfg`` and writes its run directory. Returns a summary of the run."""
+          clock: Callable[[], float] = time.perf_counter, device=None,
+          on_iteration: Callable[[dict], None] | None = None) -> RunResult:
+    """Trains ``cfg`` and writes its run directory. Returns a summary of the run.
+
+    ``device``: run on this JAX device (state committed there; programs compiled for it).
+    ``on_iteration(record)``: called after each logged iteration (progress of a sweep); an
+    exception it raises stops the run like Ctrl-C does (checkpoint, status ``interrupted``).
+    """
     validate(cfg)
     run_dir = Path(cfg.out)
     checkpoint = None
@@ -183,10 +189,13 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
         start_iteration, saved = checkpoint
         host = saved["host"]
         state = jax.tree.map(jnp.asarray, saved["train"])
+    if device is not None:
+        state = jax.device_put(state, device)
 
     steps_per_iter = cfg.transitions_per_rollout
     progress = _Progress(cfg.progress, cfg.num_iterations * steps_per_iter, start_iteration * steps_per_iter)
-    compiled = compiled_for(cfg, cfg.num_envs, state, with_gdc=cfg.gdc_every > 0, announce=progress.phase)
+    compiled = compiled_for(cfg, cfg.num_envs, state, with_gdc=cfg.gdc_every > 0, announce=progress.phase,
+                            device=device)
     writer = runlog.RunWriter(run_dir, cfg.to_dict(), resume_iteration=start_iteration if checkpoint else None)
     ratios = deque(host["ratios"], maxlen=RATIO_WINDOW)
     wall_offset = host["wall_s"]
@@ -254,6 +263,8 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
             sps = steps_per_iter * cfg.seeds / max(rt + learn, 1e-9)
             progress.advance(steps_per_iter, {"sps": f"{sps:,.0f}", "rt/ut": f"{ratio or 0:.2f}",
                                               "success": f"{np.mean(record['success_rate']):.2f}"})
+            if on_iteration is not None:
+                on_iteration(record)
     except KeyboardInterrupt:
         save(*last_good)
         writer.mark("interrupted", iteration=last_good[0])
@@ -269,7 +280,7 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
     done_iters = cfg.num_iterations - start_iteration
     sps_total = done_iters * steps_per_iter * cfg.seeds / max(clock() - loop_start, 1e-9)
     writer.mark("finished", iterations=cfg.num_iterations, compile_s=compiled.compile_s, wall_s=wall,
-                env_steps_per_s=sps_total)
+                env_steps_per_s=sps_total, device=str(device or jax.devices()[0]))
     writer.close()
     return RunResult(run_dir, cfg.num_iterations, compiled.compile_s, wall, sps_total, record)
 

@@ -14,13 +14,13 @@ from tclock import doctor, runlog
 from tclock.doctor import diagnose, format_table, report_to_dict, run_doctor
 from tclock.runlog import RunWriter
 
-BASE_CONFIG = dict(env="reach_sparse", algo="ppo", num_envs=64, unroll_length=32, seeds=3, diag_every=5,
+BASE_CONFIG = dict(env="reach_sparse", algo="ppo", num_envs=64, unroll_length=32, seeds=3,
                    gdc_every=5, advantage="hae", hae_window=16, drbs={"enabled": True}, lr_clock="hybrid")
 
 
 def make_run(root: Path, name: str = "run", n: int = 60, seeds: int = 3, ratio=lambda i: 0.5,
              act=lambda i: 0.01 + 0.003 * i, skew=lambda i: 0.5, gdc=lambda i: 0.9, b_simple=lambda i: 640.0,
-             ret_step=lambda i, w: 1.0, config: dict | None = None, drop: tuple = (), diag_every: int = 5,
+             ret_step=lambda i, w: 1.0, config: dict | None = None, drop: tuple = (), gdc_every: int = 5,
              noise: float = 0.02, seed: int = 0) -> Path:
     """A run shaped like the loop's output: w50 is the mean of the last <= 50 non-null raw ratios,
     the return grows by ``ret_step(i, w50)`` per iteration."""
@@ -51,7 +51,7 @@ def make_run(root: Path, name: str = "run", n: int = 60, seeds: int = 3, ratio=l
             "policy_loss": [0.0] * seeds, "value_loss": [1.0] * seeds, "entropy": [1.0] * seeds,
             "lr": [3e-4] * seeds,
         }
-        if i % diag_every == 0:
+        if i % gdc_every == 0:
             g = gdc(i)
             rec.update({"gdc": (g + 0.01 * rng.normal(size=seeds)).tolist(), "gdc_policy": [g] * seeds,
                         "gdc_value": [g - 0.05] * seeds, "b_simple": [b_simple(i)] * seeds,

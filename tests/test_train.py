@@ -148,3 +148,20 @@ def test_nan_stops_run_and_keeps_last_good_checkpoint(tmp_path):
     iteration, saved = runlog.load_checkpoint(cfg.out)
     assert iteration == 5  # the last finite state is checkpointed when the run stops
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(saved["train"].params))
+
+
+def test_gdc_and_noise_scale_agree_on_real_ppo_batches(tmp_path):
+    """Theory (DESIGN.md §2): expected cosine c ≈ 1/(1 + b_simple/b), so b_simple ≈ b(1-c)/c.
+
+    Both are noisy K=5 estimates, so the check compares medians over 40 iterations x 2 seeds
+    and allows a factor of 2.5 either way.
+    """
+    cfg = small_cfg(tmp_path / "agree", gdc_every=1, gdc_k=5, gdc_minibatch=32, total_steps=512 * 40)
+    records = runlog.read_metrics(train(cfg).run_dir)
+    c = np.array([r["gdc"] for r in records], dtype=float).ravel()
+    b_simple = np.array([r["b_simple"] for r in records], dtype=float).ravel()
+    valid = np.isfinite(b_simple) & (c > 0)
+    assert valid.mean() > 0.7
+    implied = cfg.gdc_minibatch * (1 - c[valid]) / c[valid]
+    ratio = np.median(b_simple[valid]) / np.median(implied)
+    assert 1 / 2.5 < ratio < 2.5, (np.median(b_simple[valid]), np.median(implied))
