@@ -37,8 +37,8 @@ class TrainConfig:
     # learner
     algo: str = "ppo"
     lr: float = 3e-4
-    lr_schedule: str = "constant"  # constant | linear | cosine
-    lr_warmup: int = 0  # iterations
+    lr_schedule: str = "constant"  # constant | linear | cosine, over the lr_clock's horizon
+    lr_clock: str = "steps"  # steps (env steps / total_steps) | wall (seconds / total_seconds) | hybrid
     lr_scaling: str = "none"  # none | sqrt | linear: scale lr with num_envs / lr_base_envs
     lr_base_envs: int = 256
     gamma: float = 0.97
@@ -52,11 +52,32 @@ class TrainConfig:
     activation: str = "tanh"  # tanh | relu | swish
     normalize_obs: bool = True
     reward_scale: float = 1.0
-    advantage: str = "gae"
+    advantage: str = "gae"  # gae | hae (hierarchical advantage estimation, write-up 4.3)
+    hae_window: int = 64  # steps per window centred on a reward event
+    hae_threshold: float = 0.0  # reward > threshold marks an event
+    hae_combine: str = "sum"  # sum (write-up code) | reward (weighted by event reward)
+    hae_outside: str = "zero"  # zero (write-up code) | gae (steps outside every window use GAE)
+    hae_window_bootstrap: str = "none"  # none (write-up code) | value (bootstrap at the window's end)
+    hae_max_events: int = 0  # 0: no cap; else the first N events per env column get windows
     # diagnostics (activation, advantage shape: every iteration, they cost nothing measurable)
     gdc_every: int = 1  # GDC and noise scale: every N iterations (0 = never)
     gdc_k: int = 5  # minibatch gradients per GDC estimate
     gdc_minibatch: int = 64  # transitions per GDC minibatch
+    # mitigations: dynamic rollout batch size (DRBS)
+    drbs: bool = False
+    drbs_min: int = 64
+    drbs_max: int = 1024
+    drbs_window: int = 20
+    drbs_high: float = 0.75
+    drbs_low: float = 0.35
+    drbs_step: float = 0.25  # 0.25: +-25% per decision; 1.0: the write-up's first x2 / /2 version
+    drbs_precompile: bool = False  # compile every ladder size before training starts
+    # mitigations: update rhythm on the wall clock (PURM)
+    purm: bool = False
+    purm_t_base: float = 3.0
+    purm_alpha: float = 0.2
+    purm_t_cycle: float = 60.0
+    total_seconds: float = 0.0  # wall budget: required with purm; horizon of wall-clock lr schedules
     # run
     out: str = "runs/latest"
     checkpoint_every: int = 20  # iterations
@@ -94,7 +115,11 @@ _CHOICES = {
     "lr_schedule": ("constant", "linear", "cosine"),
     "lr_scaling": ("none", "sqrt", "linear"),
     "activation": ("tanh", "relu", "swish"),
-    "advantage": ("gae",),
+    "advantage": ("gae", "hae"),
+    "hae_combine": ("sum", "reward"),
+    "hae_outside": ("zero", "gae"),
+    "hae_window_bootstrap": ("none", "value"),
+    "lr_clock": ("steps", "wall", "hybrid"),
     "algo": ("ppo",),
 }
 
@@ -209,6 +234,49 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError(f"gae_lambda: must be in [0, 1], got {cfg.gae_lambda}")
     if cfg.lr <= 0:
         raise ConfigError(f"lr: must be positive, got {cfg.lr}")
+    if cfg.hae_window < 2:
+        raise ConfigError(f"hae_window: must be >= 2 steps, got {cfg.hae_window}")
+    if cfg.hae_max_events < 0:
+        raise ConfigError(f"hae_max_events: must be >= 0 (0 = no cap), got {cfg.hae_max_events}")
+    if cfg.total_seconds < 0:
+        raise ConfigError(f"total_seconds: must be >= 0, got {cfg.total_seconds}")
+    if cfg.purm and cfg.total_seconds <= 0:
+        raise ConfigError("total_seconds: --purm trains for a wall-clock budget; give --total-seconds (e.g. 120)")
+    if cfg.lr_clock != "steps" and cfg.lr_schedule != "constant" and cfg.total_seconds <= 0:
+        raise ConfigError(f"total_seconds: lr_clock={cfg.lr_clock} with a {cfg.lr_schedule} schedule needs the wall "
+                          "horizon; give --total-seconds or use --lr-clock steps")
+    if cfg.drbs:
+        drbs_ladder(cfg)  # raises ConfigError on an impossible ladder
     if not cfg.policy_hidden or not cfg.value_hidden or min(cfg.policy_hidden + cfg.value_hidden) <= 0:
         raise ConfigError("policy_hidden / value_hidden: give one or more positive layer widths, e.g. [64, 64]")
     return cfg
+
+
+def ladder_multiple(cfg: TrainConfig) -> int:
+    """Batch sizes must be multiples of this so that B*unroll_length divides into minibatches."""
+    return cfg.num_minibatches // math.gcd(cfg.num_minibatches, cfg.unroll_length)
+
+
+def drbs_ladder(cfg: TrainConfig) -> tuple:
+    """The DRBS controller's ladder of valid batch sizes for this config (ConfigError if none)."""
+    from tclock.control import DRBSController
+
+    if not cfg.drbs_min <= cfg.num_envs <= cfg.drbs_max:
+        raise ConfigError(f"num_envs: with --drbs the starting batch {cfg.num_envs} must lie in "
+                          f"[drbs_min={cfg.drbs_min}, drbs_max={cfg.drbs_max}]; change one of them")
+    try:
+        controller = make_drbs_controller(cfg)
+    except ValueError as e:
+        raise ConfigError(f"drbs: {e}") from None
+    too_small = [b for b in controller.ladder if cfg.gdc_every and b * cfg.unroll_length < cfg.gdc_minibatch]
+    if too_small:
+        raise ConfigError(f"drbs_min: ladder sizes {too_small} hold fewer than gdc_minibatch={cfg.gdc_minibatch} "
+                          "transitions; raise drbs_min or lower gdc_minibatch")
+    return controller.ladder
+
+
+def make_drbs_controller(cfg: TrainConfig):
+    from tclock.control import DRBSController
+
+    return DRBSController(base=cfg.num_envs, min=cfg.drbs_min, max=cfg.drbs_max, window=cfg.drbs_window,
+                          high=cfg.drbs_high, low=cfg.drbs_low, step=cfg.drbs_step, multiple=ladder_multiple(cfg))

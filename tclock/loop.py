@@ -1,19 +1,21 @@
 """The one clocked host loop.
 
 Per iteration it runs the jitted rollout, blocks on its outputs (RT), then runs the jitted
-learning phase (its start-to-start interval is UT), logs one metrics line, and now and then
-writes an atomic checkpoint.  It never touches per-env data in Python.
+learning phase (its start-to-start interval is UT), logs one metrics line, lets the
+controllers decide (DRBS: next batch size; PURM: when the next update may start; the
+learning-rate clock), and now and then writes an atomic checkpoint.  It never touches
+per-env data in Python.
 
 Clock definitions (docs/metrics.md): ``rt_s`` = rollout wall seconds; ``learn_s`` = learning
 phase wall seconds; ``ut_s`` = seconds between the starts of this and the previous learning
 phase (None on the first iteration of a process); ``rt_ut_ratio = rt_s / ut_s``;
-``rt_ut_ratio_w50`` its mean over the last 50 iterations.  Compilation happens before the
-loop (ahead-of-time) and is reported as ``compile_s``, so it never pollutes the clocks;
-``wall_s`` counts loop time only.
+``rt_ut_ratio_w50`` its mean over the last 50 iterations.  Programs are compiled ahead of
+time, outside the timed regions; when DRBS moves to a batch size not compiled yet, that
+compile time is taken out of the next UT, so it never pollutes the ratio the controller reads.
+``wall_s`` counts loop time only (compilation excluded).
 """
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,15 +28,21 @@ import numpy as np
 
 from tclock import runlog
 from tclock.agents.ppo import PPO
-from tclock.config import ConfigError, TrainConfig, validate
+from tclock.config import ConfigError, TrainConfig, make_drbs_controller, validate
+from tclock.control import LRClock, RhythmGate, UpdateRhythm
 from tclock.envs import make_training_env
 
 RATIO_WINDOW = 50
-_RESUME_MAY_CHANGE = {"total_steps", "out", "progress", "checkpoint_every"}
+_RESUME_MAY_CHANGE = {"total_steps", "total_seconds", "out", "progress", "checkpoint_every"}
+# Fields that do not change the compiled programs (they live on the host or are arguments).
+_HOST_ONLY_FIELDS = {"out", "total_steps", "progress", "checkpoint_every", "seed", "target_success", "lr",
+                     "lr_schedule", "lr_clock", "lr_scaling", "lr_base_envs", "gdc_every", "drbs", "drbs_min",
+                     "drbs_max", "drbs_window", "drbs_high", "drbs_low", "drbs_step", "drbs_precompile", "purm",
+                     "purm_t_base", "purm_alpha", "purm_t_cycle", "total_seconds", "num_envs"}
 
 
 class TrainingDiverged(RuntimeError):
-    """Loss or parameters became non-finite; the last good checkpoint is kept."""
+    """Loss or parameters became non-finite; the last good state is checkpointed."""
 
 
 @dataclass
@@ -54,69 +62,68 @@ def _env_kwargs(cfg: TrainConfig) -> dict:
     return kwargs
 
 
+def pool_size(cfg: TrainConfig) -> int:
+    """Envs kept alive per seed: the DRBS ladder's top, else num_envs."""
+    return cfg.drbs_max if cfg.drbs else cfg.num_envs
+
+
 def build_agent(cfg: TrainConfig, num_envs: int | None = None) -> PPO:
-    env = make_training_env(cfg.env, num_envs or cfg.num_envs, cfg.episode_length or None, **_env_kwargs(cfg))
+    env = make_training_env(cfg.env, num_envs or pool_size(cfg), cfg.episode_length or None, **_env_kwargs(cfg))
     return PPO(cfg, env)
 
 
 @dataclass
 class CompiledAgent:
-    """Ahead-of-time compiled rollout and update programs for one (config, num_envs)."""
+    """Ahead-of-time compiled rollout and update programs for one batch size."""
 
-    agent: PPO
     rollout: Callable
     update_plain: Callable
     update_gdc: Callable | None
     compile_s: float
-    compiles: int
+    programs: int
 
 
-# Fields that do not change the compiled programs (they live on the host or are arguments).
-_HOST_ONLY_FIELDS = {"out", "total_steps", "progress", "checkpoint_every", "seed", "target_success", "lr",
-                     "lr_schedule", "lr_warmup", "lr_scaling", "lr_base_envs", "gdc_every"}
 _COMPILED: dict = {}
 
 
-def program_key(cfg: TrainConfig, num_envs: int, with_gdc: bool, device=None) -> str:
+def program_key(cfg: TrainConfig, pool: int, active: int, with_gdc: bool, device=None) -> str:
     fields = {k: v for k, v in cfg.to_dict().items() if k not in _HOST_ONLY_FIELDS}
-    return repr((sorted(fields.items()), num_envs, with_gdc, jax.default_backend(), str(device)))
+    return repr((sorted(fields.items()), pool, active, with_gdc, jax.default_backend(), str(device)))
 
 
-def compiled_for(cfg: TrainConfig, num_envs: int, state, with_gdc: bool,
-                 announce: Callable[[str], None] = lambda s: None, device=None) -> CompiledAgent:
-    """Compiled programs for this config, size and device, reused within the process."""
-    key = program_key(cfg, num_envs, with_gdc, device)
-    if key not in _COMPILED:
-        _COMPILED[key] = compile_agent(build_agent(cfg, num_envs), state, with_gdc, announce)
-    return _COMPILED[key]
+def compiled_for(agent: PPO, state, active: int, with_gdc: bool, announce: Callable[[str], None] = lambda s: None,
+                 device=None) -> tuple[CompiledAgent, bool]:
+    """Compiled programs for this agent, batch size and device, reused within the process.
+
+    Returns ``(programs, fresh)`` where ``fresh`` says whether this call compiled them."""
+    key = program_key(agent.cfg, agent.env.num_envs, active, with_gdc, device)
+    if key in _COMPILED:
+        return _COMPILED[key], False
+    _COMPILED[key] = compile_agent(agent, state, active, with_gdc, announce)
+    return _COMPILED[key], True
 
 
-def compile_agent(agent: PPO, state, with_gdc: bool, announce: Callable[[str], None] = lambda s: None) -> CompiledAgent:
+def compile_agent(agent: PPO, state, active: int, with_gdc: bool,
+                  announce: Callable[[str], None] = lambda s: None) -> CompiledAgent:
     t0 = time.perf_counter()
-    announce(f"compiling rollout (num_envs={agent.env.num_envs}, unroll_length={agent.cfg.unroll_length})")
-    rollout = jax.jit(agent.rollout).lower(state).compile()
-    traj_shape = jax.eval_shape(agent.rollout, state)[1]
+    announce(f"compiling rollout (num_envs={active}, unroll_length={agent.cfg.unroll_length})")
+    rollout_fn = lambda s: agent.rollout(s, active)  # noqa: E731
+    rollout = jax.jit(rollout_fn).lower(state).compile()
+    traj_shape = jax.eval_shape(rollout_fn, state)[1]
     lr = jnp.float32(0.0)
-    announce("compiling update")
+    announce(f"compiling update (num_envs={active})")
     update_plain = jax.jit(lambda s, t, l: agent.update(s, t, l, False)).lower(state, traj_shape, lr).compile()
     update_gdc = None
     if with_gdc:
-        announce("compiling update with gradient diagnostics")
+        announce(f"compiling update with gradient diagnostics (num_envs={active})")
         update_gdc = jax.jit(lambda s, t, l: agent.update(s, t, l, True)).lower(state, traj_shape, lr).compile()
-    return CompiledAgent(agent, rollout, update_plain, update_gdc, time.perf_counter() - t0, 3 if with_gdc else 2)
+    return CompiledAgent(rollout, update_plain, update_gdc, time.perf_counter() - t0, 3 if with_gdc else 2)
 
 
-def lr_at(cfg: TrainConfig, iteration: int) -> float:
-    """Step-clock learning rate for (0-based) ``iteration``."""
-    base = cfg.scaled_lr()
-    if cfg.lr_warmup and iteration < cfg.lr_warmup:
-        return base * (iteration + 1) / cfg.lr_warmup
-    frac = min(1.0, iteration / max(1, cfg.num_iterations))
-    if cfg.lr_schedule == "linear":
-        return base * (1.0 - frac)
-    if cfg.lr_schedule == "cosine":
-        return base * 0.5 * (1.0 + math.cos(math.pi * frac))
-    return base
+def make_lr_clock(cfg: TrainConfig) -> LRClock:
+    """The learning-rate schedule on its clock: env steps per seed, wall seconds, or hybrid."""
+    return LRClock(cfg.lr_clock, cfg.lr_schedule, cfg.scaled_lr(), total_steps=float(cfg.total_steps),
+                   total_seconds=cfg.total_seconds or None)
 
 
 def _check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -131,23 +138,26 @@ def _check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
 
 def _seed_list(x) -> list:
     arr = np.asarray(x, dtype=np.float64).reshape(-1)
-    return [None if not math.isfinite(v) else float(v) for v in arr]
+    return [None if not np.isfinite(v) else float(v) for v in arr]
 
 
 class _Progress:
-    def __init__(self, enabled: bool, total: int, initial: int):
+    """A progress bar in env steps (or wall seconds under PURM) with phase names."""
+
+    def __init__(self, enabled: bool, total: float, initial: float, unit: str):
         self.bar = None
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, unit="step", unit_scale=True, dynamic_ncols=True,
-                            desc="compile", smoothing=0.1)
+            self.bar = tqdm(total=total, initial=initial, unit=unit, unit_scale=True, dynamic_ncols=True,
+                            desc="compile", smoothing=0.1, mininterval=0.5)
 
     def phase(self, text: str) -> None:
         if self.bar is not None:
             self.bar.set_description_str(text[:60])
+            self.bar.refresh()
 
-    def advance(self, n: int, postfix: dict) -> None:
+    def advance(self, n: float, postfix: dict) -> None:
         if self.bar is not None:
             self.bar.set_description_str("train")
             self.bar.set_postfix(postfix, refresh=False)
@@ -159,13 +169,14 @@ class _Progress:
 
 
 def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
-          clock: Callable[[], float] = time.perf_counter, device=None,
-          on_iteration: Callable[[dict], None] | None = None) -> RunResult:
+          clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
+          device=None, on_iteration: Callable[[dict], None] | None = None) -> RunResult:
     """Trains ``cfg`` and writes its run directory. Returns a summary of the run.
 
     ``device``: run on this JAX device (state committed there; programs compiled for it).
     ``on_iteration(record)``: called after each logged iteration (progress of a sweep); an
     exception it raises stops the run like Ctrl-C does (checkpoint, status ``interrupted``).
+    ``clock``/``sleep``: injectable for deterministic tests of the wall-clock features.
     """
     validate(cfg)
     run_dir = Path(cfg.out)
@@ -182,38 +193,78 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
                           "replace it, or choose another --out")
 
     agent = build_agent(cfg)
+    controller = make_drbs_controller(cfg) if cfg.drbs else None
     if checkpoint is None:
-        start_iteration, host = 0, {"wall_s": 0.0, "ratios": []}
+        iteration, host = 0, {"wall_s": 0.0, "ratios": [], "env_steps": 0, "drbs": None}
         state = agent.init(cfg.seed, cfg.seeds)
     else:
-        start_iteration, saved = checkpoint
+        iteration, saved = checkpoint
         host = saved["host"]
         state = jax.tree.map(jnp.asarray, saved["train"])
+        if controller is not None and host.get("drbs"):
+            controller.load_state_dict(host["drbs"])
     if device is not None:
         state = jax.device_put(state, device)
 
-    steps_per_iter = cfg.transitions_per_rollout
-    progress = _Progress(cfg.progress, cfg.num_iterations * steps_per_iter, start_iteration * steps_per_iter)
-    compiled = compiled_for(cfg, cfg.num_envs, state, with_gdc=cfg.gdc_every > 0, announce=progress.phase,
-                            device=device)
-    writer = runlog.RunWriter(run_dir, cfg.to_dict(), resume_iteration=start_iteration if checkpoint else None)
+    T = cfg.unroll_length
+    with_gdc = cfg.gdc_every > 0
+    if cfg.purm:
+        progress = _Progress(cfg.progress, cfg.total_seconds, host["wall_s"], "s")
+    else:
+        progress = _Progress(cfg.progress, cfg.total_steps, host["env_steps"], "step")
+    programs: dict[int, CompiledAgent] = {}
+
+    def programs_for(batch: int) -> tuple[CompiledAgent, float]:
+        """Programs for ``batch`` and the seconds spent compiling them now (0 if cached)."""
+        if batch not in programs:
+            programs[batch], fresh = compiled_for(agent, state, batch, with_gdc, progress.phase, device)
+            return programs[batch], programs[batch].compile_s if fresh else 0.0
+        return programs[batch], 0.0
+
+    sizes = controller.ladder if (controller is not None and cfg.drbs_precompile) else ()
+    compile_s = sum(programs_for(b)[1] for b in sizes)
+    compile_s += programs_for(controller.batch_size if controller else cfg.num_envs)[1]
+    writer = runlog.RunWriter(run_dir, cfg.to_dict(), resume_iteration=iteration if checkpoint else None)
     ratios = deque(host["ratios"], maxlen=RATIO_WINDOW)
+    env_steps = int(host["env_steps"])
+    lr_clock = make_lr_clock(cfg)
+    gate = RhythmGate(UpdateRhythm(cfg.purm_t_base, cfg.purm_alpha, cfg.purm_t_cycle), clock=clock,
+                      sleep=sleep) if cfg.purm else None
     wall_offset = host["wall_s"]
-    last_good = (start_iteration, state)
+    last_good = (iteration, state, env_steps)
     prev_learn_start = None
     loop_start = clock()
+    if gate is not None:
+        gate.start()
     record: dict = {}
-    iteration = start_iteration
+    first = True
 
-    def save(iteration_done, good_state):
-        wall = wall_offset + clock() - loop_start
-        host_state = {"wall_s": wall, "ratios": list(ratios)}
+    def wall() -> float:
+        return wall_offset + clock() - loop_start
+
+    def save(iteration_done, good_state, good_env_steps):
+        host_state = {"wall_s": wall(), "ratios": list(ratios), "env_steps": good_env_steps,
+                      "drbs": controller.state_dict() if controller is not None else None}
         writer.save_checkpoint(iteration_done, {"train": jax.device_get(good_state), "host": host_state})
 
+    first_iteration = iteration
+
+    def keep_going() -> bool:
+        if gate is not None:  # the rhythm restarts with the process; count this process's updates
+            return gate.wait_for_slot(iteration - first_iteration, deadline_s=cfg.total_seconds - wall_offset)
+        next_batch = controller.batch_size if controller is not None else cfg.num_envs
+        return env_steps + next_batch * T <= cfg.total_steps  # only whole rollouts inside the budget
+
     try:
-        for iteration in range(start_iteration, cfg.num_iterations):
+        while keep_going():
             number = iteration + 1
-            with_gdc = cfg.gdc_every > 0 and number % cfg.gdc_every == 0
+            batch = controller.batch_size if controller is not None else cfg.num_envs
+            compiled, fresh_compile_s = programs_for(batch)
+            compile_s += fresh_compile_s
+            if prev_learn_start is not None:
+                prev_learn_start += fresh_compile_s  # a compile is not part of the update interval
+            gdc_now = with_gdc and number % cfg.gdc_every == 0
+            lr = lr_clock.lr(env_steps, wall())
             t0 = clock()
             state, traj, roll_m = compiled.rollout(state)
             jax.block_until_ready(traj)
@@ -221,48 +272,59 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
             learn_start = clock()
             ut = None if prev_learn_start is None else learn_start - prev_learn_start
             prev_learn_start = learn_start
-            update = compiled.update_gdc if with_gdc else compiled.update_plain
-            state, upd_m = update(state, traj, jnp.float32(lr_at(cfg, iteration)))
+            update = compiled.update_gdc if gdc_now else compiled.update_plain
+            state, upd_m = update(state, traj, jnp.float32(lr))
             jax.block_until_ready(state)
             learn = clock() - learn_start
             roll_m, upd_m = jax.device_get((roll_m, upd_m))
-            ratio = None if not ut else rt / ut
+            env_steps += batch * T
+            iteration = number
+            ratio = rt / ut if ut else None
             if ratio is not None:
                 ratios.append(ratio)
             record = {
                 "iteration": number,
-                "env_steps": number * steps_per_iter,
-                "wall_s": wall_offset + clock() - loop_start,
+                "env_steps": env_steps,
+                "wall_s": wall(),
                 "rt_s": rt,
                 "learn_s": learn,
                 "ut_s": ut,
                 "rt_ut_ratio": ratio,
                 "rt_ut_ratio_w50": float(np.mean(ratios)) if ratios else None,
-                "num_envs": cfg.num_envs,
-                "compiles": compiled.compiles,
+                "num_envs": batch,
+                "compiles": sum(p.programs for p in programs.values()),
             }
-            if iteration == start_iteration:
-                record["compile_s"] = compiled.compile_s
+            if first:
+                record["compile_s"] = compile_s
+                first = False
             finite = np.asarray(upd_m.pop("finite"))
             record.update({k: _seed_list(v) for k, v in roll_m.items()})
             record.update({k: _seed_list(v) for k, v in upd_m.items()})
+            if controller is not None:
+                controller.update(ratio)
+                record["drbs_ratio_mean"] = controller.ratio_mean()
+                record["drbs_next_num_envs"] = controller.batch_size
+                record["compiled_sizes"] = len(programs)
+            if gate is not None:
+                record["purm_allowed_updates"] = gate.rhythm.allowed_updates(gate.elapsed())
+                record["purm_waited_s"] = gate.waited_s
             writer.log(record)
             if not finite.all():
                 bad = [i for i, ok in enumerate(finite) if not ok]
-                good_it = last_good[0]
                 save(*last_good)
                 writer.mark("failed", reason="non-finite loss or parameters", iteration=number, seeds=bad,
-                            last_good_checkpoint=good_it)
+                            last_good_checkpoint=last_good[0])
                 raise TrainingDiverged(
                     f"loss or parameters became non-finite at iteration {number} (seed index {bad}); the last good "
-                    f"checkpoint (iteration {good_it}) is kept in {run_dir / runlog.CHECKPOINT_DIR}. Lower lr "
-                    f"(now {cfg.lr}) or max_grad_norm, or check the env's observations for NaN.")
-            last_good = (number, state)
-            if number % cfg.checkpoint_every == 0 or number == cfg.num_iterations:
-                save(number, state)
-            sps = steps_per_iter * cfg.seeds / max(rt + learn, 1e-9)
-            progress.advance(steps_per_iter, {"sps": f"{sps:,.0f}", "rt/ut": f"{ratio or 0:.2f}",
-                                              "success": f"{np.mean(record['success_rate']):.2f}"})
+                    f"state (iteration {last_good[0]}) is checkpointed in {run_dir / runlog.CHECKPOINT_DIR}. Lower "
+                    f"lr (now {cfg.lr}) or max_grad_norm, or check the env's observations for NaN.")
+            last_good = (number, state, env_steps)
+            if number % cfg.checkpoint_every == 0:
+                save(*last_good)
+            sps = batch * T * cfg.seeds / max(rt + learn, 1e-9)
+            postfix = {"B": batch, "sps": f"{sps:,.0f}", "rt/ut": f"{ratio or 0:.2f}",
+                       "success": f"{np.mean(record['success_rate']):.2f}"}
+            progress.advance((rt + learn) if gate is not None else batch * T, postfix)
             if on_iteration is not None:
                 on_iteration(record)
     except KeyboardInterrupt:
@@ -276,13 +338,13 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
         progress.close()
         raise
     progress.close()
-    wall = wall_offset + clock() - loop_start
-    done_iters = cfg.num_iterations - start_iteration
-    sps_total = done_iters * steps_per_iter * cfg.seeds / max(clock() - loop_start, 1e-9)
-    writer.mark("finished", iterations=cfg.num_iterations, compile_s=compiled.compile_s, wall_s=wall,
+    save(*last_good)
+    loop_s = max(clock() - loop_start, 1e-9)
+    sps_total = (env_steps - host["env_steps"]) * cfg.seeds / loop_s
+    writer.mark("finished", iterations=iteration, env_steps=env_steps, compile_s=compile_s, wall_s=wall(),
                 env_steps_per_s=sps_total, device=str(device or jax.devices()[0]))
     writer.close()
-    return RunResult(run_dir, cfg.num_iterations, compiled.compile_s, wall, sps_total, record)
+    return RunResult(run_dir, iteration, compile_s, wall(), sps_total, record)
 
 
 def _finished_result(run_dir: Path) -> RunResult:

@@ -27,7 +27,7 @@ from brax.training.acme import running_statistics
 from flax import struct
 
 from tclock import diagnostics
-from tclock.advantages import gae
+from tclock.advantages import gae, hae
 from tclock.config import TrainConfig
 from tclock.envs.wrappers import BatchedEnv, EnvCarry
 from tclock.networks import GaussianPolicy, ValueNet, gaussian_entropy, gaussian_log_prob, sample_gaussian
@@ -105,9 +105,12 @@ class PPO:
         return self.value.apply(params["value"], self._normalize(normalizer, obs))
 
     # ------------------------------------------------------------------ rollout
-    def rollout(self, state: PPOState):
+    def rollout(self, state: PPOState, active: int | None = None):
+        """Steps the first ``active`` envs of the pool (all by default); the rest stay paused
+        mid-episode, so changing the batch size (DRBS) never throws an episode away."""
         S = state.key.shape[0]
-        B = self.env.num_envs
+        pool = self.env.num_envs
+        B = active or pool
         flat = lambda x: x.reshape((S * B,) + x.shape[2:])  # noqa: E731
         unflat = lambda x: x.reshape((S, B) + x.shape[1:])  # noqa: E731
         keys = jax.vmap(lambda k: jax.random.split(k, self.cfg.unroll_length + 1))(state.key)
@@ -128,8 +131,11 @@ class PPO:
                              done_return=unflat(tr.done_return), done_success=unflat(tr.done_success))
             return env_carry, out
 
-        env_carry = jax.tree.map(flat, state.env)
+        env_carry = jax.tree.map(lambda x: flat(x[:, :B]), state.env)
         env_carry, traj = jax.lax.scan(step, env_carry, step_keys)
+        env_carry = jax.tree.map(unflat, env_carry)
+        if B < pool:
+            env_carry = jax.tree.map(lambda p, a: p.at[:, :B].set(a), state.env, env_carry)
 
         dones = traj.termination + traj.truncation
         episodes = dones.sum(axis=(0, 2))
@@ -137,7 +143,7 @@ class PPO:
         ep_return = jnp.where(finished, traj.done_return.sum(axis=(0, 2)) / jnp.maximum(episodes, 1), state.last_return)
         success_rate = jnp.where(finished, traj.done_success.sum(axis=(0, 2)) / jnp.maximum(episodes, 1),
                                  state.last_success)
-        state = state.replace(env=jax.tree.map(unflat, env_carry), key=keys[:, 0],
+        state = state.replace(env=env_carry, key=keys[:, 0],
                               last_return=ep_return, last_success=success_rate)
         metrics = {
             "episode_return": ep_return,
@@ -199,6 +205,14 @@ class PPO:
         }
 
     # ------------------------------------------------------------------ update
+    def advantages(self, rewards, values, next_values, terminations, truncations):
+        cfg = self.cfg
+        if cfg.advantage == "hae":
+            return hae(rewards, values, next_values, terminations, truncations, cfg.gamma, cfg.gae_lambda,
+                       window=cfg.hae_window, threshold=cfg.hae_threshold, window_bootstrap=cfg.hae_window_bootstrap,
+                       combine=cfg.hae_combine, outside=cfg.hae_outside, max_events=cfg.hae_max_events or None)
+        return gae(rewards, values, next_values, terminations, truncations, cfg.gamma, cfg.gae_lambda)
+
     def update_one(self, state: PPOState, traj: Trajectory, lr, with_gdc: bool):
         """One seed's learning phase. ``traj`` leaves are ``[T, B, ...]``."""
         cfg = self.cfg
@@ -208,8 +222,8 @@ class PPO:
         params = state.params
         values = self.value_of(params, normalizer, traj.obs)
         next_values = self.value_of(params, normalizer, traj.final_obs)
-        adv, ret = gae(traj.reward * cfg.reward_scale, values, next_values, traj.termination, traj.truncation,
-                       cfg.gamma, cfg.gae_lambda)
+        adv, ret = self.advantages(traj.reward * cfg.reward_scale, values, next_values, traj.termination,
+                                   traj.truncation)
         metrics = dict(diagnostics.advantage_stats(adv))
         n = adv.size
         flat = lambda x: x.reshape((n,) + x.shape[2:])  # noqa: E731

@@ -1,0 +1,222 @@
+"""Batch-size sweeps: one run directory per ``num_envs``, S seeds vmapped in each.
+
+``run_sweep(base, spec, out)`` trains ``base`` at every batch size of ``spec`` and then
+summarises the sweep (``tclock.sweep_report``: steps-to-target, the critical batch size fit,
+GDC cliff, wall-clock optimum, plots).
+
+What stays fixed across batch sizes (the answer depends on it, so it is a choice):
+
+* ``budget="steps"``: every batch size gets ``base.total_steps`` env steps per seed (fewer
+  iterations at large B); ``budget="iterations"``: every batch size gets the same number of
+  iterations, ``base.total_steps // (B_ref * T)`` with ``B_ref = base.num_envs``.
+* ``minibatch="count"``: ``num_minibatches`` is fixed (minibatches grow with B);
+  ``minibatch="size"``: the minibatch holds ``minibatch_size`` transitions at every B.
+* the base config's ``lr_scaling`` (``none`` | ``sqrt`` | ``linear`` in ``B / lr_base_envs``)
+  co-scales the learning rate with the batch.
+
+Devices: batch-size configs are spread over the available JAX devices, one config per
+device at a time (a worker thread per device, state committed to its device, programs
+compiled for it).  Each config runs exactly the program it would run alone, so per-seed
+results do not depend on how many devices there are.  On fake CPU devices the workers share
+the same cores, so the clocks of concurrent runs are not comparable with a one-device sweep.
+
+Interruption: finished runs are skipped, interrupted ones resume from their checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import jax
+import yaml
+
+from tclock import runlog
+from tclock.config import ConfigError, TrainConfig, validate
+
+DEFAULT_BATCH_SIZES = (32, 64, 128, 256, 512, 1024)
+
+
+@dataclass
+class SweepSpec:
+    batch_sizes: tuple = DEFAULT_BATCH_SIZES
+    budget: str = "steps"  # steps | iterations
+    minibatch: str = "count"  # count | size
+    minibatch_size: int = 0  # transitions, for minibatch="size"
+    devices: int = 0  # 0: every available device
+
+    def validate(self) -> "SweepSpec":
+        sizes = list(self.batch_sizes)
+        if not sizes:
+            raise ConfigError("batch_sizes: give at least one batch size, e.g. --batch-sizes 64 128 256")
+        if any(int(b) <= 0 for b in sizes):
+            raise ConfigError(f"batch_sizes: every batch size must be a positive integer, got {sizes}")
+        if len(set(sizes)) != len(sizes):
+            raise ConfigError(f"batch_sizes: {sizes} has duplicates; list each batch size once")
+        for name, choices in (("budget", ("steps", "iterations")), ("minibatch", ("count", "size"))):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"{name}: {getattr(self, name)!r} is not one of {', '.join(choices)}")
+        if self.minibatch == "size" and self.minibatch_size <= 0:
+            raise ConfigError("minibatch_size: with --minibatch size give a positive --minibatch-size (transitions)")
+        if self.devices < 0:
+            raise ConfigError(f"devices: must be >= 0 (0 = all), got {self.devices}")
+        self.batch_sizes = tuple(sorted(int(b) for b in sizes))
+        return self
+
+
+def run_name(batch_size: int) -> str:
+    return f"B{batch_size:04d}"
+
+
+def sweep_configs(base: TrainConfig, spec: SweepSpec, out: str | Path) -> list[TrainConfig]:
+    """One validated config per batch size; every size is checked before anything compiles."""
+    spec.validate()
+    configs = []
+    for b in spec.batch_sizes:
+        changes = {"num_envs": b, "out": str(Path(out) / run_name(b)), "progress": False}
+        if spec.budget == "iterations":
+            iterations = max(1, base.total_steps // (base.num_envs * base.unroll_length))
+            changes["total_steps"] = iterations * b * base.unroll_length
+        if spec.minibatch == "size":
+            n = b * base.unroll_length
+            if n % spec.minibatch_size:
+                raise ConfigError(f"batch_sizes: B={b} gives {n} transitions per rollout, not a multiple of "
+                                  f"minibatch_size={spec.minibatch_size}; drop B={b} or pick a minibatch size "
+                                  f"that divides {n}")
+            changes["num_minibatches"] = n // spec.minibatch_size
+        cfg = base.replace(**changes)
+        try:
+            validate(cfg)
+        except ConfigError as e:
+            raise ConfigError(f"batch size {b}: {e}") from None
+        configs.append(cfg)
+    return configs
+
+
+def _devices(spec: SweepSpec) -> list:
+    devices = jax.devices()
+    return devices[: spec.devices] if spec.devices else devices
+
+
+class _SweepProgress:
+    """One bar across the whole sweep, in env steps (all seeds)."""
+
+    def __init__(self, configs: list[TrainConfig], enabled: bool):
+        self.lock = threading.Lock()
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            total = sum(c.num_iterations * c.transitions_per_rollout * c.seeds for c in configs)
+            self.bar = tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, desc="sweep")
+
+    def callback(self, cfg: TrainConfig) -> Callable[[dict], None]:
+        step = cfg.transitions_per_rollout * cfg.seeds
+
+        def on_iteration(record: dict) -> None:
+            if self.bar is not None:
+                with self.lock:
+                    self.bar.set_description_str(f"sweep B={cfg.num_envs}")
+                    self.bar.update(step)
+
+        return on_iteration
+
+    def skip(self, cfg: TrainConfig, iterations: int) -> None:
+        if self.bar is not None:
+            with self.lock:
+                self.bar.update(iterations * cfg.transitions_per_rollout * cfg.seeds)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _run_one(cfg: TrainConfig, device, progress: _SweepProgress, stop: threading.Event) -> str:
+    from tclock.loop import train
+
+    status = runlog.read_status(cfg.out).get("state")
+    if status == "finished":
+        progress.skip(cfg, cfg.num_iterations)
+        return "skipped"
+    resume = status in ("running", "interrupted", "failed") and (Path(cfg.out) / runlog.CHECKPOINT_DIR).exists()
+    report = progress.callback(cfg)
+
+    def on_iteration(record):
+        report(record)
+        if stop.is_set():
+            raise KeyboardInterrupt("sweep stopped")
+
+    done = runlog.load_checkpoint(cfg.out)[0] if resume else 0
+    progress.skip(cfg, done)
+    train(cfg, resume=resume, overwrite=not resume, device=device, on_iteration=on_iteration)
+    return "resumed" if resume else "trained"
+
+
+def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: bool = True,
+              announce: Callable[[str], None] = print) -> dict:
+    """Trains every batch size (skipping finished runs), then writes and returns the summary."""
+    out = Path(out)
+    configs = sweep_configs(base, spec, out)
+    devices = _devices(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"spec": dataclasses.asdict(spec), "base": base.to_dict(), "devices": [str(d) for d in devices]}
+    record["spec"]["batch_sizes"] = list(spec.batch_sizes)
+    runlog.write_text(out / "sweep.yaml", yaml.safe_dump(runlog.to_jsonable(record), sort_keys=False))
+    announce(f"sweep: {len(configs)} batch sizes {list(spec.batch_sizes)} x {base.seeds} seeds on "
+             f"{len(devices)} device(s) -> {out}")
+
+    bar = _SweepProgress(configs, progress)
+    stop = threading.Event()
+    outcomes: dict[int, str] = {}
+    try:
+        if len(devices) == 1:
+            for cfg in configs:
+                outcomes[cfg.num_envs] = _run_one(cfg, devices[0], bar, stop)
+        else:
+            _run_on_devices(configs, devices, bar, stop, outcomes)
+    finally:
+        bar.close()
+    skipped = [b for b, o in outcomes.items() if o == "skipped"]
+    if skipped:
+        announce(f"skipped finished runs: B={skipped}")
+    from tclock.sweep_report import format_summary, summarize_sweep
+
+    summary = summarize_sweep(out)
+    announce(format_summary(summary))
+    return summary
+
+
+def _run_on_devices(configs, devices, bar, stop, outcomes) -> None:
+    """Config i runs on device i mod n (a deterministic placement), one at a time per device."""
+    errors: list[BaseException] = []
+
+    def worker(device, assigned):
+        for cfg in assigned:
+            if stop.is_set():
+                return
+            try:
+                outcomes[cfg.num_envs] = _run_one(cfg, device, bar, stop)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+                errors.append(e)
+                stop.set()
+                return
+
+    n = min(len(devices), len(configs))
+    threads = [threading.Thread(target=worker, args=(devices[i], configs[i::n]), name=f"sweep-{devices[i]}",
+                                daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(timeout=0.2)
+    except KeyboardInterrupt:
+        stop.set()
+        for t in threads:
+            t.join()
+        raise
+    first = next((e for e in errors if not isinstance(e, KeyboardInterrupt)), errors[0] if errors else None)
+    if first is not None:
+        raise first
