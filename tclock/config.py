@@ -22,36 +22,39 @@ class ConfigError(ValueError):
 @dataclass
 class TrainConfig:
     # task
-    env: str = "pointmass_reach"
-    env_kwargs: dict = field(default_factory=dict)
+    env: str = "pointmass_reach"  # task name (tclock envs lists them)
+    env_kwargs: dict = field(default_factory=dict)  # keyword arguments for the task factory, e.g. {radius: 0.2}
     episode_length: int = 0  # 0: the task's registered default
     backend: str = ""  # "": the task's default physics pipeline
     # sizes (see DESIGN.md: B = num_envs, T = unroll_length)
-    num_envs: int = 256
-    unroll_length: int = 32
-    num_minibatches: int = 4
-    num_epochs: int = 4
+    num_envs: int = 256  # rollout batch size B: parallel envs per seed
+    unroll_length: int = 32  # T: steps per env per rollout
+    num_minibatches: int = 4  # minibatches per epoch; must divide num_envs*unroll_length
+    num_epochs: int = 4  # passes over each rollout
     total_steps: int = 2_000_000  # env steps per seed
-    seeds: int = 1
-    seed: int = 0
+    seeds: int = 1  # seeds trained together in one program (leading vmap axis)
+    seed: int = 0  # base seed; seed i of a run uses fold_in(seed, i)
     # learner
-    algo: str = "ppo"
-    lr: float = 3e-4
+    algo: str = "ppo"  # ppo | impala (V-trace actor-critic)
+    lr: float = 3e-4  # Adam learning rate (before lr_scaling)
     lr_schedule: str = "constant"  # constant | linear | cosine, over the lr_clock's horizon
     lr_clock: str = "steps"  # steps (env steps / total_steps) | wall (seconds / total_seconds) | hybrid
     lr_scaling: str = "none"  # none | sqrt | linear: scale lr with num_envs / lr_base_envs
-    lr_base_envs: int = 256
-    gamma: float = 0.97
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    policy_hidden: tuple = (64, 64)
-    value_hidden: tuple = (64, 64)
+    lr_base_envs: int = 256  # the num_envs at which lr_scaling leaves lr unchanged
+    gamma: float = 0.97  # discount
+    gae_lambda: float = 0.95  # GAE / HAE lambda
+    clip_eps: float = 0.2  # PPO ratio clip
+    ent_coef: float = 0.01  # entropy bonus weight
+    vf_coef: float = 0.5  # value loss weight
+    max_grad_norm: float = 0.5  # global gradient-norm clip
+    vtrace_rho_bar: float = 1.0  # impala: importance-weight clip for the targets and policy gradient
+    vtrace_c_bar: float = 1.0  # impala: trace-cutting clip
+    vtrace_lambda: float = 1.0  # impala: V-trace lambda
+    policy_hidden: tuple = (64, 64)  # policy MLP layer widths
+    value_hidden: tuple = (64, 64)  # value MLP layer widths
     activation: str = "tanh"  # tanh | relu | swish
-    normalize_obs: bool = True
-    reward_scale: float = 1.0
+    normalize_obs: bool = True  # running mean/std observation normalisation
+    reward_scale: float = 1.0  # rewards are multiplied by this before advantages
     advantage: str = "gae"  # gae | hae (hierarchical advantage estimation, write-up 4.3)
     hae_window: int = 64  # steps per window centred on a reward event
     hae_threshold: float = 0.0  # reward > threshold marks an event
@@ -78,11 +81,17 @@ class TrainConfig:
     purm_alpha: float = 0.2
     purm_t_cycle: float = 60.0
     total_seconds: float = 0.0  # wall budget: required with purm; horizon of wall-clock lr schedules
+    # mitigations: asynchronous rollout pipeline (ARP)
+    arp: bool = False
+    arp_actors: int = 1  # actor threads, each with its own envs (num_envs each)
+    arp_capacity: int = 4  # rollouts the ring buffer holds; the oldest is evicted when full
+    arp_max_age_s: float = 0.0  # drop rollouts older than this; 0: calibrate (p95 rollout latency x 1.5)
+    arp_calibration_rollouts: int = 5  # rollouts timed before training to calibrate arp_max_age_s
     # run
-    out: str = "runs/latest"
+    out: str = "runs/latest"  # run directory (sweep: the sweep directory)
     checkpoint_every: int = 20  # iterations
     target_success: float = 0.5  # success rate that counts as "target reached" in sweeps
-    progress: bool = True
+    progress: bool = True  # progress bar on stderr
 
     @property
     def transitions_per_rollout(self) -> int:
@@ -120,7 +129,7 @@ _CHOICES = {
     "hae_outside": ("zero", "gae"),
     "hae_window_bootstrap": ("none", "value"),
     "lr_clock": ("steps", "wall", "hybrid"),
-    "algo": ("ppo",),
+    "algo": ("ppo", "impala"),
 }
 
 
@@ -247,6 +256,15 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                           "horizon; give --total-seconds or use --lr-clock steps")
     if cfg.drbs:
         drbs_ladder(cfg)  # raises ConfigError on an impossible ladder
+    if cfg.arp:
+        if cfg.drbs or cfg.purm:
+            raise ConfigError("arp: the asynchronous pipeline runs one batch size on its own clock; "
+                              "turn off --drbs and --purm when using --arp")
+        for name in ("arp_actors", "arp_capacity", "arp_calibration_rollouts"):
+            if getattr(cfg, name) <= 0:
+                raise ConfigError(f"{name}: must be a positive integer, got {getattr(cfg, name)}")
+        if cfg.arp_max_age_s < 0:
+            raise ConfigError(f"arp_max_age_s: must be >= 0 (0 = calibrate), got {cfg.arp_max_age_s}")
     if not cfg.policy_hidden or not cfg.value_hidden or min(cfg.policy_hidden + cfg.value_hidden) <= 0:
         raise ConfigError("policy_hidden / value_hidden: give one or more positive layer widths, e.g. [64, 64]")
     return cfg
@@ -280,3 +298,28 @@ def make_drbs_controller(cfg: TrainConfig):
 
     return DRBSController(base=cfg.num_envs, min=cfg.drbs_min, max=cfg.drbs_max, window=cfg.drbs_window,
                           high=cfg.drbs_high, low=cfg.drbs_low, step=cfg.drbs_step, multiple=ladder_multiple(cfg))
+
+
+def markdown_reference() -> str:
+    """docs/config.md, generated from the field comments above (a test keeps the two equal)."""
+    import inspect
+    import re
+
+    source = inspect.getsource(TrainConfig).split("    @property")[0]
+    out = ["# Configuration fields", "",
+           "Every field of `TrainConfig` (tclock/config.py) is a flag of `tclock train`, `tclock sweep` and",
+           "`tclock profile` (`num_envs` → `--num-envs`; booleans as `--drbs` / `--no-drbs`; lists as",
+           "`--policy-hidden 64 64`) and a key of a `--config` YAML file. Flags override the file.",
+           "Bad values fail before anything compiles, with the field's name and a fix.",
+           "Regenerate this page with `python -c \"import tclock.config as c; print(c.markdown_reference(), end='')\"`."]
+    for line in source.splitlines()[1:]:
+        header = re.match(r"\s+# (.*)", line)
+        if header:
+            out += ["", f"## {header.group(1)}", "", "| field | default | meaning |", "| --- | --- | --- |"]
+            continue
+        item = re.match(r"\s+(\w+): [\w\[\], ]+ = (.+?)(?:\s+#\s*(.*))?$", line)
+        if item:
+            name, default, comment = item.groups()
+            default = default.replace("field(default_factory=dict)", "{}")
+            out.append(f"| `{name}` | `{default}` | {(comment or '').replace('|', '/')} |")
+    return "\n".join(out) + "\n"

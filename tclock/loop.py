@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tclock import runlog
+from tclock.agents import make_agent
 from tclock.agents.ppo import PPO
 from tclock.config import ConfigError, TrainConfig, make_drbs_controller, validate
 from tclock.control import LRClock, RhythmGate, UpdateRhythm
@@ -38,7 +39,8 @@ _RESUME_MAY_CHANGE = {"total_steps", "total_seconds", "out", "progress", "checkp
 _HOST_ONLY_FIELDS = {"out", "total_steps", "progress", "checkpoint_every", "seed", "target_success", "lr",
                      "lr_schedule", "lr_clock", "lr_scaling", "lr_base_envs", "gdc_every", "drbs", "drbs_min",
                      "drbs_max", "drbs_window", "drbs_high", "drbs_low", "drbs_step", "drbs_precompile", "purm",
-                     "purm_t_base", "purm_alpha", "purm_t_cycle", "total_seconds", "num_envs"}
+                     "purm_t_base", "purm_alpha", "purm_t_cycle", "total_seconds", "num_envs", "arp",
+                     "arp_actors", "arp_capacity", "arp_max_age_s", "arp_calibration_rollouts"}
 
 
 class TrainingDiverged(RuntimeError):
@@ -69,7 +71,7 @@ def pool_size(cfg: TrainConfig) -> int:
 
 def build_agent(cfg: TrainConfig, num_envs: int | None = None) -> PPO:
     env = make_training_env(cfg.env, num_envs or pool_size(cfg), cfg.episode_length or None, **_env_kwargs(cfg))
-    return PPO(cfg, env)
+    return make_agent(cfg, env)
 
 
 @dataclass
@@ -126,6 +128,30 @@ def make_lr_clock(cfg: TrainConfig) -> LRClock:
                    total_seconds=cfg.total_seconds or None)
 
 
+def open_run(cfg: TrainConfig, resume: bool, overwrite: bool) -> tuple[RunResult | None, tuple | None]:
+    """Checks ``--resume``/``--overwrite`` against the run directory.
+
+    Returns ``(finished_result, None)`` for a finished run being resumed, else
+    ``(None, checkpoint_or_None)``."""
+    run_dir = Path(cfg.out)
+    if resume:
+        if runlog.read_status(run_dir).get("state") == "finished":
+            _check_resume_config(run_dir, cfg)
+            return _finished_result(run_dir), None
+        if (run_dir / runlog.CONFIG_FILE).exists():
+            _check_resume_config(run_dir, cfg)
+        return None, runlog.load_checkpoint(run_dir)
+    if runlog.read_metrics(run_dir, missing_ok=True) and not overwrite:
+        raise ConfigError(f"out: {run_dir} already holds a run; pass --resume to continue it, --overwrite to "
+                          "replace it, or choose another --out")
+    return None, None
+
+
+def seed_metrics(*metric_dicts) -> dict:
+    """Per-seed metric arrays from the jitted functions as JSON lists (``finite`` excluded)."""
+    return {k: _seed_list(v) for m in metric_dicts for k, v in m.items() if k != "finite"}
+
+
 def _check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     saved = runlog.read_config(run_dir)
     now = cfg.to_dict()
@@ -179,18 +205,15 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
     ``clock``/``sleep``: injectable for deterministic tests of the wall-clock features.
     """
     validate(cfg)
+    if cfg.arp:
+        from tclock.arp import train_async
+
+        return train_async(cfg, resume=resume, overwrite=overwrite, clock=clock, device=device,
+                           on_iteration=on_iteration)
     run_dir = Path(cfg.out)
-    checkpoint = None
-    if resume:
-        if runlog.read_status(run_dir).get("state") == "finished":
-            _check_resume_config(run_dir, cfg)
-            return _finished_result(run_dir)
-        if (run_dir / runlog.CONFIG_FILE).exists():
-            _check_resume_config(run_dir, cfg)
-        checkpoint = runlog.load_checkpoint(run_dir)
-    elif runlog.read_metrics(run_dir, missing_ok=True) and not overwrite:
-        raise ConfigError(f"out: {run_dir} already holds a run; pass --resume to continue it, --overwrite to "
-                          "replace it, or choose another --out")
+    finished, checkpoint = open_run(cfg, resume, overwrite)
+    if finished is not None:
+        return finished
 
     agent = build_agent(cfg)
     controller = make_drbs_controller(cfg) if cfg.drbs else None
@@ -297,9 +320,8 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
             if first:
                 record["compile_s"] = compile_s
                 first = False
-            finite = np.asarray(upd_m.pop("finite"))
-            record.update({k: _seed_list(v) for k, v in roll_m.items()})
-            record.update({k: _seed_list(v) for k, v in upd_m.items()})
+            finite = np.asarray(upd_m["finite"])
+            record.update(seed_metrics(roll_m, upd_m))
             if controller is not None:
                 controller.update(ratio)
                 record["drbs_ratio_mean"] = controller.ratio_mean()
@@ -334,6 +356,12 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
         progress.close()
         raise
     except TrainingDiverged:
+        writer.close()
+        progress.close()
+        raise
+    except Exception as e:  # anything else (a callback, a device error): keep what we have, say why
+        save(*last_good)
+        writer.mark("failed", reason=f"{type(e).__name__}: {e}")
         writer.close()
         progress.close()
         raise

@@ -110,7 +110,8 @@ class _SweepProgress:
             from tqdm.auto import tqdm
 
             total = sum(c.num_iterations * c.transitions_per_rollout * c.seeds for c in configs)
-            self.bar = tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, desc="sweep")
+            self.bar = tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, desc="sweep",
+                            mininterval=1.0)
 
     def callback(self, cfg: TrainConfig) -> Callable[[dict], None]:
         step = cfg.transitions_per_rollout * cfg.seeds

@@ -257,7 +257,8 @@ def _summarize_run(name: str, records: list[dict], config: dict, state: str, tar
     _, learn = seed_matrix(records, "learn_s", keep_missing=True)
     rt_row = nanmean_rows(rt) if rt.shape[1] else np.full(len(records), np.nan)
     learn_row = nanmean_rows(learn) if learn.shape[1] else np.full(len(records), np.nan)
-    b_simple_t = _quiet_nanmean(bs)
+    # Median, not mean: tr(Σ)/|G|² has a heavy right tail where the |G|² estimate nears 0.
+    b_simple_t = float(np.nanmedian(bs)) if np.isfinite(bs).any() else math.nan
     n_reached = int(np.isfinite(s_seed).sum())
     return {
         "run": name,
@@ -334,7 +335,7 @@ def summarize_sweep(sweep_dir: str | os.PathLike, target: float | None = None, m
     * ``b_crit`` (envs), ``b_crit_transitions``, ``b_crit_ci`` ([low, high] envs or None),
       ``r2`` -- copies of the fit for readers such as ``tclock doctor``.
     * ``gdc_threshold``, ``gdc_cliff`` (B or None), ``b_simple_envs``,
-      ``b_simple_transitions`` (median over B of the per-B means).
+      ``b_simple_transitions`` (median over B of the per-B medians).
     * ``time_fit``: None or ``{a, k, r2, n_points}``; ``b_star`` (envs); ``b_best_measured``
       (argmin of the median wall to target) and ``best_wall_s``.
     * ``headline``, ``notes``, ``figures`` (file names written).

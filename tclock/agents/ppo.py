@@ -182,8 +182,9 @@ class PPO:
         """GDC and noise scale from K random minibatches at the behaviour parameters."""
         cfg = self.cfg
         n = data["obs"].shape[0]
-        idx = jax.vmap(lambda k: jax.random.choice(k, n, (cfg.gdc_minibatch,), replace=False))(
-            jax.random.split(key, cfg.gdc_k))
+        # Sampling with replacement: the setting in which the noise-scale estimator is unbiased,
+        # and far cheaper on a CPU than a permutation of all n transitions per minibatch.
+        idx = jax.random.randint(key, (cfg.gdc_k, cfg.gdc_minibatch), 0, n)
         minibatches = jax.tree.map(lambda x: x[idx], data)  # [K, m, ...]
 
         def terms(p, mb):
@@ -204,6 +205,61 @@ class PPO:
             "trace_sigma": noise["trace_sigma"],
         }
 
+    # ------------------------------------------------------------------ learning-phase pieces
+    # Shared by every learner built on PPO (see agents/impala.py): the normaliser update that
+    # opens a learning phase, the flat transition batch, the SGD machinery with the injected
+    # learning rate, and the metrics / state that close it.
+    def observe(self, normalizer, traj: Trajectory):
+        """The observation normaliser after seeing this rollout (first step of a learning phase)."""
+        if self.cfg.normalize_obs:
+            return running_statistics.update(normalizer, traj.obs)
+        return normalizer
+
+    @staticmethod
+    def transitions(traj: Trajectory, adv, ret) -> dict:
+        """The ``[T, B, ...]`` rollout as one flat batch of ``T*B`` transitions with targets."""
+        n = adv.size
+        flat = lambda x: x.reshape((n,) + x.shape[2:])  # noqa: E731
+        return {"obs": flat(traj.obs), "action": flat(traj.action), "logp": flat(traj.logp),
+                "adv": flat(adv), "ret": flat(ret)}
+
+    def sgd_step(self, carry, normalizer, batch):
+        """One optimizer step on ``total_loss`` of ``batch``: ``(params, opt_state) -> (new, info)``."""
+        params, opt_state = carry
+        grads, info = jax.grad(self.total_loss, has_aux=True)(params, normalizer, batch)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), info
+
+    def sgd_epochs(self, params, opt_state, lr, key, minibatches, step):
+        """``num_epochs`` passes in ``lax.scan`` at learning rate ``lr``.
+
+        ``minibatches(k)`` gives one epoch's minibatches stacked on a leading axis (shuffled
+        with key ``k``); ``step(carry, minibatch)`` is one SGD step on ``(params, opt_state)``.
+        Returns ``(params, opt_state, info)`` with ``info`` leaves ``[epochs, minibatches]``."""
+        opt_state = opt_state._replace(hyperparams={**opt_state.hyperparams,
+                                                    "learning_rate": jnp.asarray(lr, jnp.float32)})
+
+        def epoch(carry, k):
+            return jax.lax.scan(step, carry, minibatches(k))
+
+        (params, opt_state), info = jax.lax.scan(epoch, (params, opt_state),
+                                                 jax.random.split(key, self.cfg.num_epochs))
+        return params, opt_state, info
+
+    def finish_update(self, state: PPOState, params, opt_state, normalizer, key, data, lr, info, metrics):
+        """Closes a learning phase: mean step metrics, KL to the behaviour policy on the rollout
+        ``data``, ``lr``, ``finite``; returns ``(new_state, metrics)``."""
+        metrics.update({k: v.mean() for k, v in info.items() if k != "approx_kl"})
+        mean, log_std = self.policy_dist(params, normalizer, data["obs"])
+        log_ratio = gaussian_log_prob(mean, log_std, data["action"]) - data["logp"]
+        metrics["kl_behavior"] = jnp.mean(jnp.expm1(log_ratio) - log_ratio)
+        metrics["lr"] = jnp.asarray(lr, jnp.float32)
+        leaves = jax.tree.leaves(params)
+        metrics["finite"] = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) & jnp.isfinite(
+            metrics["policy_loss"]) & jnp.isfinite(metrics["value_loss"])
+        new_state = state.replace(params=params, opt_state=opt_state, normalizer=normalizer, key=key)
+        return new_state, metrics
+
     # ------------------------------------------------------------------ update
     def advantages(self, rewards, values, next_values, terminations, truncations):
         cfg = self.cfg
@@ -216,51 +272,28 @@ class PPO:
     def update_one(self, state: PPOState, traj: Trajectory, lr, with_gdc: bool):
         """One seed's learning phase. ``traj`` leaves are ``[T, B, ...]``."""
         cfg = self.cfg
-        normalizer = state.normalizer
-        if cfg.normalize_obs:
-            normalizer = running_statistics.update(normalizer, traj.obs)
+        normalizer = self.observe(state.normalizer, traj)
         params = state.params
         values = self.value_of(params, normalizer, traj.obs)
         next_values = self.value_of(params, normalizer, traj.final_obs)
         adv, ret = self.advantages(traj.reward * cfg.reward_scale, values, next_values, traj.termination,
                                    traj.truncation)
         metrics = dict(diagnostics.advantage_stats(adv))
-        n = adv.size
-        flat = lambda x: x.reshape((n,) + x.shape[2:])  # noqa: E731
-        data = {"obs": flat(traj.obs), "action": flat(traj.action), "logp": flat(traj.logp),
-                "adv": flat(adv), "ret": flat(ret)}
+        data = self.transitions(traj, adv, ret)
         key, k_diag, k_epochs = jax.random.split(state.key, 3)
         if with_gdc:
             metrics.update(self.gradient_diagnostics(params, normalizer, data, k_diag))
 
-        opt_state = state.opt_state
-        opt_state.hyperparams["learning_rate"] = jnp.asarray(lr, jnp.float32)
-        grad_fn = jax.grad(self.total_loss, has_aux=True)
+        n = adv.size
         mb_size = n // cfg.num_minibatches
 
-        def minibatch_step(carry, mb):
-            params, opt_state = carry
-            grads, info = grad_fn(params, normalizer, mb)
-            updates, opt_state = self.optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), info
+        def minibatches(k):
+            perm = jnp.argsort(jax.random.uniform(k, (n,)))  # a permutation; cheaper than random.permutation
+            return jax.tree.map(lambda x: x[perm].reshape((cfg.num_minibatches, mb_size) + x.shape[1:]), data)
 
-        def epoch(carry, k):
-            perm = jax.random.permutation(k, n)
-            shuffled = jax.tree.map(lambda x: x[perm].reshape((cfg.num_minibatches, mb_size) + x.shape[1:]), data)
-            return jax.lax.scan(minibatch_step, carry, shuffled)
-
-        (params, opt_state), info = jax.lax.scan(epoch, (params, opt_state), jax.random.split(k_epochs, cfg.num_epochs))
-        metrics.update({k: v.mean() for k, v in info.items() if k != "approx_kl"})
-
-        mean, log_std = self.policy_dist(params, normalizer, data["obs"])
-        log_ratio = gaussian_log_prob(mean, log_std, data["action"]) - data["logp"]
-        metrics["kl_behavior"] = jnp.mean(jnp.expm1(log_ratio) - log_ratio)
-        metrics["lr"] = jnp.asarray(lr, jnp.float32)
-        leaves = jax.tree.leaves(params)
-        metrics["finite"] = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) & jnp.isfinite(
-            metrics["policy_loss"]) & jnp.isfinite(metrics["value_loss"])
-        new_state = state.replace(params=params, opt_state=opt_state, normalizer=normalizer, key=key)
-        return new_state, metrics
+        params, opt_state, info = self.sgd_epochs(params, state.opt_state, lr, k_epochs, minibatches,
+                                                  lambda carry, mb: self.sgd_step(carry, normalizer, mb))
+        return self.finish_update(state, params, opt_state, normalizer, key, data, lr, info, metrics)
 
     def update(self, state: PPOState, traj: Trajectory, lr, with_gdc: bool = False):
         return jax.vmap(lambda s, t: self.update_one(s, t, lr, with_gdc), in_axes=(0, 1))(state, traj)

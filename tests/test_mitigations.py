@@ -1,0 +1,97 @@
+"""Mitigations inside real training runs: DRBS (ladder, env pool), PURM (injected clock), HAE."""
+import jax
+import numpy as np
+import pytest
+
+from tclock import runlog
+from tclock.config import ConfigError, TrainConfig, drbs_ladder, validate
+from tclock.loop import build_agent, train
+
+SMALL = dict(unroll_length=16, num_minibatches=4, num_epochs=2, seeds=2, policy_hidden=(16,), value_hidden=(16,),
+             gdc_every=0, progress=False)
+
+
+def test_drbs_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="num_envs: with --drbs"):
+        validate(TrainConfig(drbs=True, num_envs=32, drbs_min=64))
+    with pytest.raises(ConfigError, match="drbs: "):
+        validate(TrainConfig(drbs=True, num_envs=64, drbs_min=64, drbs_max=128, drbs_low=0.9, drbs_high=0.5))
+    assert drbs_ladder(TrainConfig(drbs=True, num_envs=32, drbs_min=16, drbs_max=64, drbs_step=1.0, **SMALL)) == (
+        16, 32, 64)
+
+
+def test_rollout_on_a_prefix_leaves_paused_envs_untouched():
+    cfg = TrainConfig(num_envs=8, drbs=True, drbs_min=4, drbs_max=8, drbs_step=1.0, **SMALL)
+    agent = build_agent(cfg)
+    assert agent.env.num_envs == 8  # the pool is the ladder's top
+    state = agent.init(0, 2)
+    new_state, traj, _ = jax.jit(lambda s: agent.rollout(s, 4))(state)
+    assert traj.reward.shape == (16, 2, 4)
+    steps_before = np.asarray(state.env.state.info["steps"])
+    steps_after = np.asarray(new_state.env.state.info["steps"])
+    np.testing.assert_array_equal(steps_after[:, 4:], steps_before[:, 4:])  # paused mid-episode, not reset
+    assert (steps_after[:, :4] != steps_before[:, :4]).all()
+    np.testing.assert_array_equal(np.asarray(new_state.env.state.obs)[:, 4:], np.asarray(state.env.state.obs)[:, 4:])
+
+
+@pytest.mark.slow
+def test_drbs_run_changes_batch_within_compile_bound(tmp_path):
+    # low=0.95: the synchronous ratio is always below it, so the controller grows 16 -> 32 -> 64.
+    cfg = TrainConfig(num_envs=16, drbs=True, drbs_min=16, drbs_max=64, drbs_step=1.0, drbs_window=2,
+                      drbs_low=0.95, drbs_high=0.99, total_steps=16 * 16 * 12, out=str(tmp_path / "drbs"), **SMALL)
+    train(cfg)
+    records = runlog.read_metrics(cfg.out)
+    sizes = [r["num_envs"] for r in records]
+    assert sizes[0] == 16 and 32 in sizes and sizes[-1] == 64
+    assert sizes == sorted(sizes)
+    assert max(r["compiled_sizes"] for r in records) <= len(drbs_ladder(cfg))
+    assert records[-1]["env_steps"] == sum(b * 16 for b in sizes) <= cfg.total_steps
+    # The ratio history restarts at every change (reset_on_change), and the decision is logged.
+    assert all(r["drbs_next_num_envs"] in (16, 32, 64) for r in records)
+
+
+class FakeClock:
+    """Time moves only when the loop sleeps (PURM's yield) or by a tiny tick per reading."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        self.t += 1e-5
+        return self.t
+
+    def sleep(self, dt):
+        self.t += dt
+
+
+@pytest.mark.slow
+def test_purm_rhythm_and_wall_clock_lr_with_injected_clock(tmp_path):
+    clock = FakeClock()
+    cfg = TrainConfig(num_envs=16, purm=True, purm_t_base=1.0, purm_alpha=0.0, total_seconds=10.0,
+                      lr_clock="wall", lr_schedule="linear", lr=1e-3, total_steps=10**9,
+                      out=str(tmp_path / "purm"), **SMALL)
+    train(cfg, clock=clock, sleep=clock.sleep)
+    records = runlog.read_metrics(cfg.out)
+    # R(t) = floor(t / 1 s): update k+1 may start once t >= k+1, and the budget ends at t = 10.
+    assert len(records) == 9
+    starts = np.array([r["wall_s"] for r in records])
+    np.testing.assert_allclose(starts, np.arange(1, 10), atol=0.02)
+    lrs = np.array([r["lr"][0] for r in records])
+    np.testing.assert_allclose(lrs, 1e-3 * (1 - np.arange(1, 10) / 10.0), rtol=0.02)
+    assert runlog.read_status(cfg.out)["state"] == "finished"
+
+
+def test_purm_needs_wall_budget():
+    with pytest.raises(ConfigError, match="total_seconds"):
+        validate(TrainConfig(purm=True))
+    with pytest.raises(ConfigError, match="total_seconds"):
+        validate(TrainConfig(lr_clock="wall", lr_schedule="cosine"))
+
+
+def test_hae_training_run_logs_raw_advantage_stats(tmp_path):
+    cfg = TrainConfig(num_envs=16, advantage="hae", hae_window=8, total_steps=16 * 16 * 3,
+                      out=str(tmp_path / "hae"), **SMALL)
+    train(cfg)
+    records = runlog.read_metrics(cfg.out)
+    assert len(records) == 3 and runlog.read_config(cfg.out)["advantage"] == "hae"
+    assert all(np.isfinite(r["adv_std"]).all() for r in records)
