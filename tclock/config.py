@@ -36,7 +36,7 @@ class TrainConfig:
     seed: int = 0  # base seed; seed i of a run uses fold_in(seed, i)
     # learner
     algo: str = "ppo"  # ppo | impala (V-trace actor-critic)
-    lr: float = 3e-4  # Adam learning rate (before lr_scaling)
+    lr: float = 1e-3  # Adam learning rate (before lr_scaling)
     lr_schedule: str = "constant"  # constant | linear | cosine, over the lr_clock's horizon
     lr_clock: str = "steps"  # steps (env steps / total_steps) | wall (seconds / total_seconds) | hybrid
     lr_scaling: str = "none"  # none | sqrt | linear: scale lr with num_envs / lr_base_envs
@@ -271,7 +271,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 
 
 def ladder_multiple(cfg: TrainConfig) -> int:
-    """Batch sizes must be multiples of this so that B*unroll_length divides into minibatches."""
+    """Batch sizes must be multiples of this: PPO splits B*unroll_length transitions into
+    minibatches; IMPALA splits the B env sequences into minibatches."""
+    if cfg.algo == "impala":
+        return cfg.num_minibatches
     return cfg.num_minibatches // math.gcd(cfg.num_minibatches, cfg.unroll_length)
 
 

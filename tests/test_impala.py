@@ -118,8 +118,7 @@ def test_update_recomputes_vtrace_targets_at_current_parameters():
     new_state, m = jax.jit(lambda s, t: agent.update_one(s, t, lr, False))(state, traj)
 
     normalizer = agent.observe(state.normalizer, traj)
-    opt_state = state.opt_state
-    opt_state.hyperparams["learning_rate"] = lr
+    opt_state = state.opt_state._replace(hyperparams={**state.opt_state.hyperparams, "learning_rate": lr})
 
     def sgd(params, opt_state, vs, pg):
         batch = agent.transitions(traj, pg, vs)
