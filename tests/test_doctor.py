@@ -395,3 +395,16 @@ def test_no_jax_and_no_direct_file_reads():
         src = Path(mod.__file__).read_text()
         for forbidden in ("open(", "read_text(", "json.load(", "json.loads(", "yaml."):
             assert forbidden not in src, (mod.__name__, forbidden)
+
+
+def test_low_gdc_and_skew_on_a_solved_task_are_watch_not_two_clocks(tmp_path):
+    # success = clip(3 * act): act 0.4 -> success ~1.0 throughout the last 10 iterations.
+    solved = diagnose(make_run(tmp_path, name="solved", n=40, act=lambda i: 0.4, gdc=lambda i: 0.1,
+                               skew=lambda i: 3.0))
+    assert solved.row("gdc").verdict == "watch" and "task is solved" in solved.row("gdc").value
+    assert solved.row("adv_skew").verdict == "watch"
+    assert solved.exit_code == 0
+    # The same gradients while still learning (success ~0.3) are the two-clocks sign.
+    learning = diagnose(make_run(tmp_path, name="learning", n=40, act=lambda i: 0.1, gdc=lambda i: 0.1,
+                                 skew=lambda i: 3.0))
+    assert learning.row("gdc").verdict == "two-clocks" and learning.exit_code == 1
