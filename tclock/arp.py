@@ -39,7 +39,7 @@ import numpy as np
 from tclock import runlog
 from tclock.config import TrainConfig
 from tclock.loop import (RATIO_WINDOW, RunResult, TrainingDiverged, _Progress, build_agent, compiled_for,
-                         make_lr_clock, open_run, seed_metrics)
+                         make_lr_clock, open_run, run_guard, seed_metrics)
 from tclock.pipeline import AsyncPipeline, calibrate_max_age
 
 
@@ -185,31 +185,17 @@ def train_async(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
     remaining = max(0, (cfg.total_steps - env_steps) // (B * T))
     pipeline = AsyncPipeline(actor_fn, learner_fn, (state.params, state.normalizer), num_actors=len(actors),
                              capacity=cfg.arp_capacity, max_age_s=max_age, clock=clock)
-    try:
+    def save_last_good() -> int:
+        save(*learner["last_good"])
+        return learner["last_good"][0]
+
+    with run_guard(writer, progress, save_last_good):
         stats = pipeline.run(num_updates=remaining, on_update=on_update)
-    except KeyboardInterrupt:
         save(*learner["last_good"])
-        writer.mark("interrupted", iteration=learner["last_good"][0])
-        writer.close()
-        progress.close()
-        raise
-    except TrainingDiverged:
-        writer.close()
-        progress.close()
-        raise
-    except Exception as e:  # anything else (a callback, a device error): keep what we have, say why
-        save(*learner["last_good"])
-        writer.mark("failed", reason=f"{type(e).__name__}: {e}")
-        writer.close()
-        progress.close()
-        raise
-    progress.close()
-    save(*learner["last_good"])
-    loop_s = max(clock() - loop_start, 1e-9)
-    sps_total = (env_steps - host["env_steps"]) * cfg.seeds / loop_s
-    final = runlog.read_metrics(run_dir)[-1] if env_steps > host["env_steps"] else {}
-    writer.mark("finished", iterations=learner["last_good"][0], env_steps=env_steps, compile_s=compile_s,
-                wall_s=wall(), env_steps_per_s=sps_total, device=str(learner_device), max_age_s=max_age,
-                pipeline={k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
-    writer.close()
+        loop_s = max(clock() - loop_start, 1e-9)
+        sps_total = (env_steps - host["env_steps"]) * cfg.seeds / loop_s
+        final = runlog.read_metrics(run_dir)[-1] if env_steps > host["env_steps"] else {}
+        writer.mark("finished", iterations=learner["last_good"][0], env_steps=env_steps, compile_s=compile_s,
+                    wall_s=wall(), env_steps_per_s=sps_total, device=str(learner_device), max_age_s=max_age,
+                    pipeline={k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
     return RunResult(run_dir, learner["last_good"][0], compile_s, wall(), sps_total, final)

@@ -16,6 +16,7 @@ compile time is taken out of the next UT, so it never pollutes the ratio the con
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -152,6 +153,27 @@ def seed_metrics(*metric_dicts) -> dict:
     return {k: _seed_list(v) for m in metric_dicts for k, v in m.items() if k != "finite"}
 
 
+@contextlib.contextmanager
+def run_guard(writer: runlog.RunWriter, progress: "_Progress", save_last_good: Callable[[], int]):
+    """How a run ends, for every loop: Ctrl-C checkpoints the last good state and marks the run
+    ``interrupted``; divergence has already been marked ``failed``; any other error checkpoints
+    and marks ``failed`` with its reason.  Files and the progress bar are closed either way."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        writer.mark("interrupted", iteration=save_last_good())
+        raise
+    except TrainingDiverged:
+        raise
+    except Exception as e:  # a callback, a device error: keep what we have, say why
+        save_last_good()
+        writer.mark("failed", reason=f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        writer.close()
+        progress.close()
+
+
 def _check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     saved = runlog.read_config(run_dir)
     now = cfg.to_dict()
@@ -278,7 +300,11 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
         next_batch = controller.batch_size if controller is not None else cfg.num_envs
         return env_steps + next_batch * T <= cfg.total_steps  # only whole rollouts inside the budget
 
-    try:
+    def save_last_good() -> int:
+        save(*last_good)
+        return last_good[0]
+
+    with run_guard(writer, progress, save_last_good):
         while keep_going():
             number = iteration + 1
             batch = controller.batch_size if controller is not None else cfg.num_envs
@@ -349,29 +375,11 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
             progress.advance((rt + learn) if gate is not None else batch * T, postfix)
             if on_iteration is not None:
                 on_iteration(record)
-    except KeyboardInterrupt:
         save(*last_good)
-        writer.mark("interrupted", iteration=last_good[0])
-        writer.close()
-        progress.close()
-        raise
-    except TrainingDiverged:
-        writer.close()
-        progress.close()
-        raise
-    except Exception as e:  # anything else (a callback, a device error): keep what we have, say why
-        save(*last_good)
-        writer.mark("failed", reason=f"{type(e).__name__}: {e}")
-        writer.close()
-        progress.close()
-        raise
-    progress.close()
-    save(*last_good)
-    loop_s = max(clock() - loop_start, 1e-9)
-    sps_total = (env_steps - host["env_steps"]) * cfg.seeds / loop_s
-    writer.mark("finished", iterations=iteration, env_steps=env_steps, compile_s=compile_s, wall_s=wall(),
-                env_steps_per_s=sps_total, device=str(device or jax.devices()[0]))
-    writer.close()
+        loop_s = max(clock() - loop_start, 1e-9)
+        sps_total = (env_steps - host["env_steps"]) * cfg.seeds / loop_s
+        writer.mark("finished", iterations=iteration, env_steps=env_steps, compile_s=compile_s, wall_s=wall(),
+                    env_steps_per_s=sps_total, device=str(device or jax.devices()[0]))
     return RunResult(run_dir, iteration, compile_s, wall(), sps_total, record)
 
 
