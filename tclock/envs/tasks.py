@@ -87,7 +87,7 @@ def pointmass_reach(radius: float = 0.1, terminate_on_success: bool = False, **k
     return SuccessReward(PointMass(**kwargs), lambda s: s.metrics["distance"] < radius, terminate_on_success)
 
 
-def reacher_sparse(threshold: float = 0.05, terminate_on_success: bool = False, **kwargs) -> SuccessReward:
+def reacher_sparse(threshold: float = 0.01, terminate_on_success: bool = False, **kwargs) -> SuccessReward:
     """Brax reacher with reward 1.0 while the fingertip is within ``threshold`` of the target."""
     # Brax's reacher observation ends with the fingertip-to-target vector (3 entries).
     return SuccessReward(Reacher(**kwargs), lambda s: jnp.linalg.norm(s.obs[-3:]) < threshold,
