@@ -229,6 +229,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError(
             f"num_minibatches: num_envs*unroll_length = {cfg.num_envs}*{cfg.unroll_length} = {n} is not divisible "
             f"by num_minibatches={cfg.num_minibatches}; pick num_minibatches from {ok[-8:]} or change num_envs")
+    if cfg.algo == "impala" and cfg.num_envs % cfg.num_minibatches:
+        raise ConfigError(f"num_minibatches: IMPALA splits the {cfg.num_envs} env sequences into minibatches, so "
+                          f"num_envs must be divisible by num_minibatches={cfg.num_minibatches}; pick a divisor "
+                          f"of {cfg.num_envs} or change num_envs")
     if cfg.total_steps < n:
         raise ConfigError(f"total_steps: {cfg.total_steps} is less than one rollout (num_envs*unroll_length = {n}); "
                           f"raise total_steps to at least {n}")

@@ -7,7 +7,7 @@ import pytest
 
 from tclock import diagnostics, runlog
 from tclock.agents import IMPALA, PPO, make_agent
-from tclock.config import ConfigError, TrainConfig
+from tclock.config import ConfigError, TrainConfig, drbs_ladder, validate
 from tclock.loop import build_agent, train
 from tclock.networks import gaussian_log_prob
 
@@ -32,11 +32,10 @@ def test_make_agent_picks_impala_and_checks_env_groups():
     agent = build_agent(cfg)
     assert type(agent) is IMPALA and isinstance(agent, PPO)
     assert type(make_agent(cfg.replace(algo="ppo"), agent.env)) is PPO
-    with pytest.raises(ConfigError, match="num_minibatches"):  # 30*16 divides by 4, 30 envs do not
-        build_agent(TrainConfig(**{**SMALL, "num_envs": 30}))
+    with pytest.raises(ConfigError, match="num_minibatches: IMPALA"):  # 30*16 divides by 4, 30 envs do not
+        validate(TrainConfig(**{**SMALL, "num_envs": 30}))
     drbs = dict(drbs=True, num_envs=64, drbs_min=32, drbs_max=128, unroll_length=32)
-    with pytest.raises(ConfigError, match="DRBS ladder"):  # the ladder holds 41 and 51 envs
-        build_agent(TrainConfig(**{**SMALL, **drbs}))
+    assert all(b % 4 == 0 for b in drbs_ladder(TrainConfig(**{**SMALL, **drbs})))  # ladder made of valid sizes
     assert type(build_agent(TrainConfig(**{**SMALL, **drbs, "num_minibatches": 1}))) is IMPALA
 
 

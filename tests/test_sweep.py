@@ -101,3 +101,11 @@ def test_four_fake_devices_are_all_used_and_match_one_device(tmp_path):
     for b, run in one["runs"].items():
         strip = lambda recs: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in recs]  # noqa: E731
         assert strip(run["metrics"]) == strip(four["runs"][b]["metrics"]), f"B={b} differs across device counts"
+
+
+def test_impala_sweep_configs_validate_on_the_default_task(tmp_path):
+    configs = sweep_configs(TrainConfig(algo="impala"), SweepSpec(), tmp_path)
+    assert [c.num_envs for c in configs] == [32, 64, 128, 256, 512, 1024]
+    assert all(c.algo == "impala" and c.num_envs % c.num_minibatches == 0 for c in configs)
+    with pytest.raises(ConfigError, match="batch size 30: num_minibatches: IMPALA"):
+        sweep_configs(TrainConfig(algo="impala", unroll_length=32), SweepSpec(batch_sizes=(32, 30)), tmp_path)

@@ -30,7 +30,6 @@ multiple of ``num_minibatches``.
 """
 from __future__ import annotations
 
-import math
 
 import jax
 import jax.numpy as jnp
@@ -38,37 +37,14 @@ import jax.numpy as jnp
 from tclock import diagnostics
 from tclock.advantages import vtrace
 from tclock.agents.ppo import PPO, PPOState, Trajectory
-from tclock.config import ConfigError, drbs_ladder
 from tclock.networks import gaussian_entropy, gaussian_log_prob
 
 
-def _check_groups(num_envs: int, num_minibatches: int) -> None:
-    if num_envs % num_minibatches:
-        ok = [m for m in range(1, min(num_envs, 64) + 1) if num_envs % m == 0]
-        raise ConfigError(
-            f"num_minibatches: algo=impala splits a rollout's {num_envs} envs into num_minibatches groups of whole "
-            f"sequences, so {num_envs} must be divisible by num_minibatches={num_minibatches}; pick num_minibatches "
-            f"from {ok[-8:]} or change num_envs")
-
-
 class IMPALA(PPO):
-    """V-trace actor-critic learner; see the module docstring."""
+    """V-trace actor-critic learner; see the module docstring.
 
-    def __post_init__(self):
-        super().__post_init__()
-        cfg = self.cfg
-        _check_groups(cfg.num_envs, cfg.num_minibatches)
-        if cfg.drbs:
-            ladder = drbs_ladder(cfg)
-            bad = [b for b in ladder if b % cfg.num_minibatches]
-            if bad:
-                common = math.gcd(*ladder)
-                ok = [m for m in range(1, common + 1) if common % m == 0]
-                raise ConfigError(
-                    f"num_minibatches: algo=impala splits a rollout's envs into num_minibatches groups of whole "
-                    f"sequences, but the DRBS ladder {ladder} has sizes {bad} not divisible by "
-                    f"num_minibatches={cfg.num_minibatches}; pick num_minibatches from {ok[-8:]} or change "
-                    f"num_envs / drbs_min / drbs_max")
+    Minibatches are groups of whole env sequences, so ``num_envs`` (and every DRBS ladder size)
+    must be divisible by ``num_minibatches``; ``tclock.config.validate`` checks this up front."""
 
     # ------------------------------------------------------------------ V-trace targets
     def targets(self, params, normalizer, traj: Trajectory):
@@ -112,7 +88,8 @@ class IMPALA(PPO):
         cfg = self.cfg
         T, B = traj.reward.shape[:2]
         groups = cfg.num_minibatches
-        _check_groups(B, groups)
+        if B % groups:  # validate() keeps configs (and DRBS ladders) from getting here
+            raise ValueError(f"IMPALA: {B} env sequences cannot be split into {groups} minibatches")
         normalizer = self.observe(state.normalizer, traj)
         params = state.params
         vs, pg = self.targets(params, normalizer, traj)  # at the behaviour parameters
