@@ -23,9 +23,16 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def add_import_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import a module or .py file first, e.g. one that registers your own tasks "
+                             "with tclock.envs.register (repeatable)")
+
+
 def add_config_flags(parser: argparse.ArgumentParser, skip: tuple = ()) -> None:
     """One flag per TrainConfig field; defaults are None so only given flags override."""
     parser.add_argument("--config", help="YAML file of config fields (flags override it)")
+    add_import_flag(parser)
     group = parser.add_argument_group("config fields (see docs/config.md)")
     for f in dataclasses.fields(TrainConfig):
         if f.name in skip:
@@ -54,6 +61,29 @@ def _yaml_mapping(text: str) -> dict:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("expected a mapping such as '{radius: 0.2}'")
     return value
+
+
+def import_user_modules(specs: list[str]) -> None:
+    """``--import``: modules or .py files that register tasks (``tclock.envs.register``)."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    for spec in specs:
+        try:
+            if spec.endswith(".py"):
+                path = Path(spec)
+                if not path.exists():
+                    raise FileNotFoundError(f"no such file {path}")
+                module_spec = importlib.util.spec_from_file_location(f"tclock_user_{path.stem}", path)
+                module = importlib.util.module_from_spec(module_spec)
+                sys.modules[module_spec.name] = module
+                module_spec.loader.exec_module(module)
+            else:
+                importlib.import_module(spec)
+        except Exception as e:  # noqa: BLE001 - reported as bad input
+            raise ConfigError(f"--import: cannot import {spec!r} ({type(e).__name__}: {e}); give a module name on "
+                              "the Python path or a path to a .py file") from None
 
 
 def config_from_args(args: argparse.Namespace, extra: dict | None = None, defaults: dict | None = None):
@@ -196,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("envs", help="list the registered environments")
+    add_import_flag(p)
     p.set_defaults(func=cmd_envs)
 
     return parser
@@ -207,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        import_user_modules(getattr(args, "imports", []))
         return args.func(args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

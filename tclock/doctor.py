@@ -586,12 +586,12 @@ def _checklist(run_dir: Path, records, config, has_config: bool, num_envs, notes
                                num_envs=num_envs))
 
     drbs = config.get("drbs")
-    thr = "config drbs.enabled: true"
+    thr = "config drbs: true (--drbs)"
     if drbs is None:
         rows.append(_check("DRBS on", "not-checkable", "no drbs field in config", thr))
     else:
         on = bool(drbs.get("enabled")) if isinstance(drbs, dict) else bool(drbs)
-        rows.append(_check("DRBS on", "ok" if on else "missing", f"drbs.enabled = {on}", thr))
+        rows.append(_check("DRBS on", "ok" if on else "missing", f"drbs = {on}", thr))
 
     rows.append(_check("reward-event unit test", "not-checkable",
                        "a property of the code, not of this run", "(rewards > 0) detection tested"))

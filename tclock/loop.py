@@ -91,7 +91,8 @@ _COMPILED: dict = {}
 
 def program_key(cfg: TrainConfig, pool: int, active: int, with_gdc: bool, device=None) -> str:
     fields = {k: v for k, v in cfg.to_dict().items() if k not in _HOST_ONLY_FIELDS}
-    return repr((sorted(fields.items()), pool, active, with_gdc, jax.default_backend(), str(device)))
+    plain = cfg.gdc_every != 1
+    return repr((sorted(fields.items()), pool, active, with_gdc, plain, jax.default_backend(), str(device)))
 
 
 def compiled_for(agent: PPO, state, active: int, with_gdc: bool, announce: Callable[[str], None] = lambda s: None,
@@ -114,13 +115,15 @@ def compile_agent(agent: PPO, state, active: int, with_gdc: bool,
     rollout = jax.jit(rollout_fn).lower(state).compile()
     traj_shape = jax.eval_shape(rollout_fn, state)[1]
     lr = jnp.float32(0.0)
-    announce(f"compiling update (num_envs={active})")
-    update_plain = jax.jit(lambda s, t, l: agent.update(s, t, l, False)).lower(state, traj_shape, lr).compile()
-    update_gdc = None
+    update_plain = update_gdc = None
+    if agent.cfg.gdc_every != 1:  # with gradient diagnostics every iteration the plain update never runs
+        announce(f"compiling update (num_envs={active})")
+        update_plain = jax.jit(lambda s, t, l: agent.update(s, t, l, False)).lower(state, traj_shape, lr).compile()
     if with_gdc:
         announce(f"compiling update with gradient diagnostics (num_envs={active})")
         update_gdc = jax.jit(lambda s, t, l: agent.update(s, t, l, True)).lower(state, traj_shape, lr).compile()
-    return CompiledAgent(rollout, update_plain, update_gdc, time.perf_counter() - t0, 3 if with_gdc else 2)
+    programs = 1 + (update_plain is not None) + (update_gdc is not None)
+    return CompiledAgent(rollout, update_plain, update_gdc, time.perf_counter() - t0, programs)
 
 
 def make_lr_clock(cfg: TrainConfig) -> LRClock:

@@ -134,11 +134,23 @@ class _SweepProgress:
             self.bar.close()
 
 
+def _check_same_config(cfg: TrainConfig) -> None:
+    """A finished run is reused only if it was trained with exactly this config."""
+    saved = runlog.read_config(cfg.out)
+    now = cfg.to_dict()
+    diff = [k for k in now if k not in ("out", "progress") and saved.get(k) != now[k]]
+    if diff:
+        details = "; ".join(f"{k}: saved {saved.get(k)!r}, now {now[k]!r}" for k in diff[:5])
+        raise ConfigError(f"out: {cfg.out} holds a finished run with a different config ({details}); "
+                          "use another --out for this sweep or delete that run directory")
+
+
 def _run_one(cfg: TrainConfig, device, progress: _SweepProgress, stop: threading.Event) -> str:
     from tclock.loop import train
 
     status = runlog.read_status(cfg.out).get("state")
     if status == "finished":
+        _check_same_config(cfg)
         progress.skip(cfg, cfg.num_iterations)
         return "skipped"
     resume = status in ("running", "interrupted", "failed") and (Path(cfg.out) / runlog.CHECKPOINT_DIR).exists()

@@ -61,3 +61,19 @@ def test_cli_rejects_bad_config_before_compiling(tmp_path):
     assert proc.returncode == 2
     assert "num_minibatches" in proc.stderr and "not divisible" in proc.stderr
     assert not out.exists()  # failed before anything was written or compiled
+
+
+def test_cli_import_registers_a_user_task(tmp_path):
+    module = tmp_path / "my_tasks.py"
+    module.write_text(
+        "from tclock import envs\n"
+        "from tclock.envs import SuccessReward\n"
+        "from tclock.envs.tasks import PointMass\n"
+        "envs.register('pointmass_wide_test', lambda **kw: SuccessReward(PointMass(**kw),\n"
+        "              lambda s: s.metrics['distance'] < 0.5), episode_length=20)\n")
+    proc = subprocess.run([sys.executable, "-m", "tclock.cli", "envs", "--import", str(module)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "pointmass_wide_test" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "tclock.cli", "envs", "--import", str(tmp_path / "nope.py")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--import: cannot import" in bad.stderr
