@@ -38,8 +38,8 @@ import numpy as np
 
 from tclock import runlog
 from tclock.config import TrainConfig
-from tclock.loop import (RATIO_WINDOW, RunResult, TrainingDiverged, _Progress, build_agent, compiled_for,
-                         make_lr_clock, open_run, run_guard, seed_metrics)
+from tclock.runtime import (RATIO_WINDOW, RunResult, TrainingDiverged, _Progress, build_agent, compiled_for,
+                            make_lr_clock, open_run, run_guard, seed_metrics)
 from tclock.pipeline import AsyncPipeline, calibrate_max_age
 
 

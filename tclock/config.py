@@ -284,8 +284,6 @@ def ladder_multiple(cfg: TrainConfig) -> int:
 
 def drbs_ladder(cfg: TrainConfig) -> tuple:
     """The DRBS controller's ladder of valid batch sizes for this config (ConfigError if none)."""
-    from tclock.control import DRBSController
-
     if not cfg.drbs_min <= cfg.num_envs <= cfg.drbs_max:
         raise ConfigError(f"num_envs: with --drbs the starting batch {cfg.num_envs} must lie in "
                           f"[drbs_min={cfg.drbs_min}, drbs_max={cfg.drbs_max}]; change one of them")

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 
 from tclock import critical, runlog
 from tclock.config import ConfigError, TrainConfig, validate
-from tclock.loop import build_agent
+from tclock.runtime import build_agent
 
 LEVELS = (0.7, 1.0)
 ESTIMATE_NOTE = ("RT_UT_ratio_est = rollout_s / (update_every / env_steps_per_s), the write-up's estimate; "
