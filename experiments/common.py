@@ -195,9 +195,14 @@ def pm(mean: Any, std: Any, spec: str = ".2f") -> str:
     return f"{fmt(mean, spec)} ± {fmt(std, spec)}" if fmt(mean) != "—" else "—"
 
 
+def md_cell(value: Any) -> str:
+    """A table cell: pipes escaped, newlines flattened."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 

@@ -90,7 +90,7 @@ class PPO:
 
     def init(self, seed: int, num_seeds: int) -> PPOState:
         keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.arange(num_seeds))
-        return jax.jit(jax.vmap(self.init_one))(keys)  # one compiled program, not op-by-op dispatch
+        return jax.vmap(self.init_one)(keys)
 
     # ------------------------------------------------------------------ networks
     def _normalize(self, normalizer, obs):
