@@ -6,7 +6,7 @@
 * :func:`hardware`: what ran it (CPU model, cores, load average, JAX backend/devices, versions).
 * :func:`write_outputs`: ``table.md`` (printed too), ``results.json`` and the PNGs, plus the
   claim-by-claim comparison that ``make_results.py`` turns into ``RESULTS.md``.
-* :data:`CLAIMS`: the numbers of the user's write-up (/work/shared/writeup, Chinese), by section.
+* :data:`CLAIMS`: the numbers of the user's write-up (../shared/writeup beside the repository, in Chinese), by section.
 
 Verdicts used in every ``results.json`` (``claims[*].verdict``): ``reproduced``, ``partly``,
 ``not reproduced``, ``inconclusive`` (the measurement could not decide), ``not tested`` (no
