@@ -37,7 +37,7 @@ MODES = ("smoke", "quick", "full")
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not tested", "pending")
 
 # --------------------------------------------------------------------------- the write-up's claims
-WRITEUP = "/work/shared/writeup/000_5500c0b659347aad.txt"
+WRITEUP = "../shared/writeup/000_5500c0b659347aad.txt"  # relative to the repository root
 CLAIMS: dict[str, Any] = {
     # 5.5 (Q5): 100-step micro rollout, "update every 1000 env steps".
     "latency_table": {
