@@ -166,6 +166,17 @@ def _cross_sum(flat):
     return jnp.sum(flat * (s[None, :] - flat))
 
 
+def _stacked(flat, who: str, what: str):
+    """``flat`` as a float ``[K, D]`` array with K >= 2 (static), and K."""
+    flat = _as_float(flat)
+    if flat.ndim != 2:
+        raise ValueError(f"{who} expects a [K, D] array, got shape {flat.shape}")
+    k = flat.shape[0]
+    if k < 2:
+        raise ValueError(f"{what} needs at least K=2 gradients, got K={k}")
+    return flat, k
+
+
 def gdc_from_flat(flat):
     """GDC (gradient direction consistency) of K gradients given as a ``[K, D]`` array.
 
@@ -176,12 +187,7 @@ def gdc_from_flat(flat):
     ``u_i = 0`` (no NaN): it contributes cosine 0 to each of its pairs.  Dimensionless, in
     [-1, 1].  Needs K >= 2 (static).
     """
-    flat = _as_float(flat)
-    if flat.ndim != 2:
-        raise ValueError(f"gdc_from_flat expects a [K, D] array, got shape {flat.shape}")
-    k = flat.shape[0]
-    if k < 2:
-        raise ValueError(f"GDC needs at least K=2 gradients, got K={k}")
+    flat, k = _stacked(flat, "gdc_from_flat", "GDC")
     norms = jnp.sqrt(jnp.sum(flat * flat, axis=1, keepdims=True))
     nonzero = norms > 0
     u = jnp.where(nonzero, flat / jnp.where(nonzero, norms, 1.0), 0.0)
@@ -215,16 +221,11 @@ def noise_scale_from_flat(flat, minibatch_size):
       two unbiased estimates it is itself biased for small K; read it as an order of magnitude.
     * ``b_simple_valid`` = ``p > 0`` (bool).
 
-    Caveat: minibatches cut from one rollout buffer are drawn without replacement from
-    correlated transitions, so they are not truly independent; the estimates describe the
+    Caveat: the minibatches come from one rollout buffer of correlated transitions (tclock
+    samples them with replacement), so they are not truly independent; the estimates describe the
     gradient noise *within that buffer*.  Needs K >= 2 (static).
     """
-    flat = _as_float(flat)
-    if flat.ndim != 2:
-        raise ValueError(f"noise_scale_from_flat expects a [K, D] array, got shape {flat.shape}")
-    k = flat.shape[0]
-    if k < 2:
-        raise ValueError(f"the noise scale needs at least K=2 gradients, got K={k}")
+    flat, k = _stacked(flat, "noise_scale_from_flat", "the noise scale")
     b = jnp.asarray(minibatch_size, dtype=flat.dtype)
     p = _cross_sum(flat) / (k * (k - 1))
     m2 = jnp.mean(jnp.sum(flat * flat, axis=1))
