@@ -1,0 +1,52 @@
+"""Every threshold and window that a verdict, a report or a figure uses, in one place.
+
+The values come from section 3 of the user's write-up (stated in ``docs/design.md``) unless a
+comment says otherwise.  The doctor (``tclock.doctor_rules``), the sweep analysis, the plots
+and the profile import them from here; no other module spells one of these numbers.
+
+Units: ratios are plain numbers; windows and streaks count **iterations** (one rollout plus
+one learning phase); activation rates are shares of transitions.
+"""
+from __future__ import annotations
+
+# -- the windowed RT/UT ratio ------------------------------------------------------------------
+RATIO_WINDOW = 50  # iterations in ``rt_ut_ratio_w50`` (the loop, the doctor and the plots)
+RT_LOW, RT_HIGH, RT_STALL = 0.3, 0.7, 1.0  # < LOW cheap rollout, LOW..HIGH healthy, > HIGH risk, > STALL stalled
+RT_UT_BANDS = (RT_LOW, RT_HIGH, RT_STALL)
+RT_UT_CROSSINGS = (RT_HIGH, RT_STALL)  # levels whose crossing batch size the profile reports
+PLATEAU_LEVEL = 0.8  # the write-up's "sustained plateau > 0.8"
+SUSTAIN = 20  # consecutive iterations that make a stall or a plateau "sustained"
+SLOPE_FALL = 0.5  # the return slope "falls" when it drops below this share of the slope before
+PRE_MIN_ITERS = 10  # iterations before a plateau needed to compare slopes
+SLOPE_MIN_POINTS = 5  # points with a return needed for a slope
+
+# -- activation rate (share of transitions with reward > 0) -------------------------------------
+ACT_ZERO = 1e-6  # below this the reward signal is "dead"
+ACT_WARMUP = 3  # first iterations ignored
+ACT_DEAD_STREAK = 10  # dead rollouts in a row that make a verdict
+RECENT = 20  # the recent window (iterations) of the activation and skew rules
+ACT_FLIPS = 4  # dead <-> alive flips in the recent window that count as oscillating
+ACT_CV_OSC = 0.5  # coefficient of variation that, with the flips, makes it oscillating
+ACT_CV_HIGH = 1.0
+ACT_VAR = 0.05  # the write-up's bound on the activation rate's variance
+ACT_FALL = 0.5  # last-10 mean below this share of the previous-10 mean is a fall
+
+# -- advantage shape ----------------------------------------------------------------------------
+SKEW_LIMIT = 2.0  # |skew| above this is the write-up's warning sign
+SKEW_STREAK = 7  # iterations in a row above it make it a strong sign
+SKEW_NORMAL = 1.0  # the write-up's normal band is -1..1
+
+# -- gradient direction consistency (GDC) -------------------------------------------------------
+GDC_FRESH = 0.85  # above: the data are fresh
+GDC_LOW = 0.6  # below: the two clocks have come apart (the sweep's "GDC cliff")
+GDC_LINES = (GDC_LOW, GDC_FRESH)
+GDC_RECENT = 3  # measurements whose median the doctor judges
+
+# -- solved tasks and the checklist -------------------------------------------------------------
+SOLVED_SUCCESS = 0.9  # mean success over the last SOLVED_WINDOW iterations that counts as solved (tclock's rule)
+SOLVED_WINDOW = 10
+CRIT_FRACTION = 0.7  # the checklist: start at num_envs <= 0.7 x B_crit
+HAE_LOW, HAE_HIGH = 0.5, 0.8  # HAE window as a share of the mean distance between reward events
+
+# -- sweeps -------------------------------------------------------------------------------------
+FINAL_FRACTION = 0.1  # a run's "final" value: mean over the last 10% of its iterations (tclock's rule)
