@@ -6,7 +6,8 @@
 * :func:`hardware`: what ran it (CPU model, cores, load average, JAX backend/devices, versions).
 * :func:`write_outputs`: ``table.md`` (printed too), ``results.json`` and the PNGs, plus the
   claim-by-claim comparison that ``make_results.py`` turns into ``RESULTS.md``.
-* :data:`CLAIMS`: the numbers of the user's write-up (../shared/writeup beside the repository, in Chinese), by section.
+* :data:`CLAIMS`: the numbers of the user's write-up (in Chinese; not distributed with tclock, its
+  claims are restated in English in docs/design.md §6), by section.
 
 Verdicts used in every ``results.json`` (``claims[*].verdict``): ``reproduced``, ``partly``,
 ``not reproduced``, ``inconclusive`` (the measurement could not decide), ``not tested`` (no
@@ -37,7 +38,7 @@ MODES = ("smoke", "quick", "full")
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not tested", "pending")
 
 # --------------------------------------------------------------------------- the write-up's claims
-WRITEUP = "../shared/writeup/000_5500c0b659347aad.txt"  # relative to the repository root
+WRITEUP = "the user's write-up (not distributed; claims restated in docs/design.md §6)"  # a description, not a path
 CLAIMS: dict[str, Any] = {
     # 5.5 (Q5): 100-step micro rollout, "update every 1000 env steps".
     "latency_table": {
@@ -282,7 +283,7 @@ def fresh_runs_dir(args: argparse.Namespace) -> Path:
 
 def series(records: Sequence[dict], key: str) -> np.ndarray:
     """``[n_iter, n_seeds]`` float array of a metric (NaN where null/absent); rows line up with records."""
-    from tclock.plots import seed_matrix
+    from tclock.runlog import seed_matrix
 
     _, m = seed_matrix(records, key, keep_missing=True)
     return m

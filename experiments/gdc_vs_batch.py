@@ -5,7 +5,7 @@ rollout) is 0.91 ± 0.03 at batch 128, 0.52 ± 0.11 at 512, 0.33 ± 0.08 at 1024
 cliff at the critical batch size.  Here: one training run per batch size on a sparse task with
 GDC and ``b_simple`` logged every iteration (``gdc_every=1``), several seeds vmapped, the same
 env-step budget for every B; GDC as mean ± std over (iteration, seed) samples, over seeds, early
-(first quarter of the budget) and late (last quarter); and the DESIGN.md consistency check
+(first quarter of the budget) and late (last quarter); and the docs/design.md §2 consistency check
 ``b_simple ≈ b(1-c)/c`` (b = GDC minibatch, c = GDC).
 
     python experiments/gdc_vs_batch.py --quick   # pointmass_reach, B = 128/512/1024, 3 seeds, 600k steps
@@ -170,8 +170,8 @@ def main(argv=None) -> dict:
                if math.isfinite(per_b[B]["implied_from_mean_gdc"]) and math.isfinite(per_b[B]["b_simple_median"])}
     ok = [0.5 <= x <= 2 for x in paired.values()]
     claims.append(common.claim(
-        "bsimple_consistency", f"b_simple ≈ b(1−c)/c (DESIGN.md identity, {env0})",
-        "— (DESIGN.md; the write-up's GDC implies " + " / ".join(f"{v:.0f}" for v in wu_implied.values())
+        "bsimple_consistency", f"b_simple ≈ b(1−c)/c (docs/design.md §2 identity, {env0})",
+        "— (docs/design.md §2; the write-up's GDC implies " + " / ".join(f"{v:.0f}" for v in wu_implied.values())
         + " transitions)",
         "paired median of b_simple ÷ b(1−c)/c per (iteration, seed): "
         + (", ".join(f"{x:.2f}" for x in paired.values()) if paired else "n/a") + f" at B = {list(paired)}",

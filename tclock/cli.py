@@ -26,7 +26,8 @@ def _flag(name: str) -> str:
 def add_import_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                         help="import a module or .py file first, e.g. one that registers your own tasks "
-                             "with tclock.envs.register (repeatable)")
+                             "with tclock.envs.register or learners with tclock.agents.register_learner "
+                             "(repeatable)")
 
 
 def add_config_flags(parser: argparse.ArgumentParser, skip: tuple = ()) -> None:
@@ -64,7 +65,8 @@ def _yaml_mapping(text: str) -> dict:
 
 
 def import_user_modules(specs: list[str]) -> None:
-    """``--import``: modules or .py files that register tasks (``tclock.envs.register``)."""
+    """``--import``: modules or .py files that register tasks (``tclock.envs.register``) or
+    learners (``tclock.agents.register_learner``)."""
     import importlib
     import importlib.util
     from pathlib import Path
@@ -180,6 +182,17 @@ def cmd_envs(args) -> int:
     return EXIT_OK
 
 
+def cmd_learners(args) -> int:
+    from tclock import agents
+
+    for name in agents.learner_names():
+        spec = agents.learner_spec(name)
+        defaults = ", ".join(f"{k}={v!r}" for k, v in spec.defaults.items()) or "the shared defaults"
+        print(f"{name:10s} {spec.description}")
+        print(f"{'':10s} defaults: {defaults}; own fields: {', '.join(spec.fields) or 'none'}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tclock", description="Two clocks in on-policy RL: measure, locate, mitigate.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -228,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("envs", help="list the registered environments")
     add_import_flag(p)
     p.set_defaults(func=cmd_envs)
+
+    p = sub.add_parser("learners", help="list the registered learners (--algo), their defaults and own fields")
+    add_import_flag(p)
+    p.set_defaults(func=cmd_learners)
 
     return parser
 

@@ -26,7 +26,7 @@ class TrainConfig:
     env_kwargs: dict = field(default_factory=dict)  # keyword arguments for the task factory, e.g. {radius: 0.2}
     episode_length: int = 0  # 0: the task's registered default
     backend: str = ""  # "": the task's default physics pipeline
-    # sizes (see DESIGN.md: B = num_envs, T = unroll_length)
+    # sizes (see docs/design.md §2: B = num_envs, T = unroll_length)
     num_envs: int = 256  # rollout batch size B: parallel envs per seed
     unroll_length: int = 32  # T: steps per env per rollout
     num_minibatches: int = 4  # minibatches per epoch; must divide num_envs*unroll_length
@@ -35,8 +35,8 @@ class TrainConfig:
     seeds: int = 1  # seeds trained together in one program (leading vmap axis)
     seed: int = 0  # base seed; seed i of a run uses fold_in(seed, i)
     # learner
-    algo: str = "ppo"  # ppo | impala (V-trace actor-critic)
-    lr: float = 1e-3  # Adam learning rate (before lr_scaling)
+    algo: str = "ppo"  # learner: ppo | impala (V-trace actor-critic) | any registered one (tclock learners)
+    lr: float = 1e-3  # Adam learning rate (before lr_scaling); impala defaults to 3e-4
     lr_schedule: str = "constant"  # constant | linear | cosine, over the lr_clock's horizon
     lr_clock: str = "steps"  # steps (env steps / total_steps) | wall (seconds / total_seconds) | hybrid
     lr_scaling: str = "none"  # none | sqrt | linear: scale lr with num_envs / lr_base_envs
@@ -120,6 +120,20 @@ class TrainConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+# Fields a --resume may change (budgets and bookkeeping); a finished sweep run is reused only
+# when everything but SWEEP_MAY_CHANGE matches.
+RESUME_MAY_CHANGE = frozenset({"total_steps", "total_seconds", "out", "progress", "checkpoint_every"})
+SWEEP_MAY_CHANGE = frozenset({"out", "progress"})
+
+
+def config_differences(saved: dict, cfg: TrainConfig, may_differ=frozenset(), limit: int = 8) -> str:
+    """The fields (outside ``may_differ``) in which a saved config (a run's ``config.yaml``)
+    differs from ``cfg``, as ``"field: saved X, now Y; ..."`` ("" when none).  A field the
+    saved config lacks (written before the field existed) counts as its default."""
+    now = cfg.to_dict()
+    plain = TrainConfig().to_dict()
+    diff = [k for k in now if k not in may_differ and saved.get(k, plain[k]) != now[k]]
+    return "; ".join(f"{k}: saved {saved.get(k, plain[k])!r}, now {now[k]!r}" for k in diff[:limit])
 _CHOICES = {
     "lr_schedule": ("constant", "linear", "cosine"),
     "lr_scaling": ("none", "sqrt", "linear"),
@@ -129,7 +143,6 @@ _CHOICES = {
     "hae_outside": ("zero", "gae"),
     "hae_window_bootstrap": ("none", "value"),
     "lr_clock": ("steps", "wall", "hybrid"),
-    "algo": ("ppo", "impala"),
 }
 
 
@@ -195,23 +208,51 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
+def learner_defaults(algo: str) -> dict:
+    """The config values in which learner ``algo`` differs from ``TrainConfig``'s defaults
+    ({} for an unknown name: ``validate`` reports it)."""
+    from tclock import agents
+
+    return dict(agents.learner_spec(algo).defaults) if algo in agents.learner_names() else {}
+
+
+def defaults_for(algo: str = "ppo", **fields) -> TrainConfig:
+    """``TrainConfig`` with learner ``algo``'s own defaults, then ``fields``: what
+    ``tclock train --algo <algo>`` starts from.  ``TrainConfig(algo=...)`` alone keeps the
+    dataclass defaults (PPO's)."""
+    return from_dict({**learner_defaults(algo), "algo": algo, **fields})
+
+
 def load_config(path: str | Path | None = None, overrides: dict | None = None,
                 base: TrainConfig | None = None) -> TrainConfig:
+    """Layers, lowest first: ``TrainConfig``'s defaults, the learner's defaults (for fields
+    still at the dataclass default in ``base``), ``base``, the YAML file, ``overrides``."""
     cfg = base or TrainConfig()
-    if path:
-        cfg = from_dict(read_yaml(path), cfg, source=str(path))
+    file_data = read_yaml(path) if path else {}
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    algo = str(overrides.get("algo", file_data.get("algo", cfg.algo)))
+    plain = TrainConfig()
+    learner = {k: v for k, v in learner_defaults(algo).items()
+               if k not in file_data and k not in overrides and getattr(cfg, k) == getattr(plain, k)}
+    if learner:
+        cfg = from_dict(learner, cfg, source=f"{algo} defaults")
+    if file_data:
+        cfg = from_dict(file_data, cfg, source=str(path))
     if overrides:
-        cfg = from_dict({k: v for k, v in overrides.items() if v is not None}, cfg, source="command line")
+        cfg = from_dict(overrides, cfg, source="command line")
     validate(cfg)
     return cfg
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
     """Checks a config before anything compiles. Returns it, or raises ConfigError."""
-    from tclock import envs  # local: envs imports brax, config stays light otherwise
+    from tclock import agents, envs  # local: both import JAX and Brax, config stays light otherwise
 
     if cfg.env not in envs.names():
         raise ConfigError(f"env: unknown env {cfg.env!r}; choose one of: {', '.join(envs.names())}")
+    if cfg.algo not in agents.learner_names():
+        raise ConfigError(f"algo: {cfg.algo!r} is not one of {', '.join(agents.learner_names())} (a module passed "
+                          "with --import can register more)")
     for name in ("num_envs", "unroll_length", "num_minibatches", "num_epochs", "total_steps", "seeds",
                  "checkpoint_every", "gdc_k", "gdc_minibatch", "lr_base_envs"):
         if getattr(cfg, name) <= 0:
@@ -229,10 +270,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError(
             f"num_minibatches: num_envs*unroll_length = {cfg.num_envs}*{cfg.unroll_length} = {n} is not divisible "
             f"by num_minibatches={cfg.num_minibatches}; pick num_minibatches from {ok[-8:]} or change num_envs")
-    if cfg.algo == "impala" and cfg.num_envs % cfg.num_minibatches:
-        raise ConfigError(f"num_minibatches: IMPALA splits the {cfg.num_envs} env sequences into minibatches, so "
-                          f"num_envs must be divisible by num_minibatches={cfg.num_minibatches}; pick a divisor "
-                          f"of {cfg.num_envs} or change num_envs")
+    learner = agents.learner_spec(cfg.algo)
+    if learner.validate is not None:
+        learner.validate(cfg)
     if cfg.total_steps < n:
         raise ConfigError(f"total_steps: {cfg.total_steps} is less than one rollout (num_envs*unroll_length = {n}); "
                           f"raise total_steps to at least {n}")
@@ -275,11 +315,11 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 
 
 def ladder_multiple(cfg: TrainConfig) -> int:
-    """Batch sizes must be multiples of this: PPO splits B*unroll_length transitions into
-    minibatches; IMPALA splits the B env sequences into minibatches."""
-    if cfg.algo == "impala":
-        return cfg.num_minibatches
-    return cfg.num_minibatches // math.gcd(cfg.num_minibatches, cfg.unroll_length)
+    """Batch sizes must be multiples of this; the learner's registry entry says why (PPO splits
+    B*unroll_length transitions into minibatches; IMPALA splits the B env sequences)."""
+    from tclock import agents
+
+    return int(agents.learner_spec(cfg.algo).batch_multiple(cfg))
 
 
 def drbs_ladder(cfg: TrainConfig) -> tuple:

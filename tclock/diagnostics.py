@@ -6,7 +6,7 @@ Python on array values, so each function can sit inside a jitted rollout/update 
 vmapped over seeds.  Results are 0-d arrays (or dicts of them); the host loop decides when to
 pull them.
 
-Words follow DESIGN.md section 2:
+Words follow docs/design.md §2:
 
 * activation rate: fraction of transitions with reward > 0.
 * GDC: mean pairwise cosine similarity of K minibatch gradients taken at the same parameters

@@ -42,9 +42,11 @@ import jax.numpy as jnp
 
 from tclock import critical, runlog
 from tclock.config import ConfigError, TrainConfig, validate
-from tclock.runtime import build_agent
+from tclock.runtime import build_agent, compile_agent
+from tclock.textfmt import fmt
+from tclock.thresholds import RT_UT_CROSSINGS
 
-LEVELS = (0.7, 1.0)
+LEVELS = RT_UT_CROSSINGS  # the RT/UT levels whose first crossing batch size is reported
 ESTIMATE_NOTE = ("RT_UT_ratio_est = rollout_s / (update_every / env_steps_per_s), the write-up's estimate; "
                  "it equals B*rollout_steps/update_every by construction (the number of planned update "
                  "intervals one rollout spans), so it grows linearly with B whatever the hardware does. "
@@ -132,18 +134,17 @@ def _profile_one(cfg: TrainConfig, repeats: int, with_update: bool, update_every
     B, T = cfg.num_envs, cfg.unroll_length
     agent = build_agent(cfg, B)
     state = agent.init(cfg.seed, 1)
-    say("compiling rollout")
-    t0 = time.perf_counter()
-    rollout = jax.jit(agent.rollout).lower(state).compile()
-    compile_s = time.perf_counter() - t0
+    with_gdc = cfg.gdc_every == 1  # what most training iterations run
+    variants = (("gdc" if with_gdc else "plain"),) if with_update else ()
+    programs = compile_agent(agent, state, B, variants, say)  # the programs training runs, compiled the same way
 
     say(f"timing {repeats} rollout(s)")
-    state, traj, _ = rollout(state)  # warm-up: first call of the executable, untimed
+    state, traj, _ = programs.rollout(state)  # warm-up: first call of the executable, untimed
     jax.block_until_ready(traj)
     holder = {"state": state}
 
     def one_rollout():
-        holder["state"], tr, _m = rollout(holder["state"])
+        holder["state"], tr, _m = programs.rollout(holder["state"])
         holder["traj"] = tr
         return tr
 
@@ -155,7 +156,7 @@ def _profile_one(cfg: TrainConfig, repeats: int, with_update: bool, update_every
         "rollout_s": rollout_s,
         "env_steps_per_s": env_steps_per_s,
         "RT_UT_ratio_est": rollout_s / (update_every / env_steps_per_s),
-        "compile_s": compile_s,
+        "compile_s": programs.compile_times["rollout"],
         "update_s": None,
         "update_compile_s": None,
         "rt_ut_measured": None,
@@ -163,19 +164,14 @@ def _profile_one(cfg: TrainConfig, repeats: int, with_update: bool, update_every
         "update_variant": None,
     }
     if with_update:
-        with_gdc = cfg.gdc_every == 1  # what most training iterations run
-        variant = "with gradient diagnostics" if with_gdc else "plain"
-        say(f"compiling update ({variant})")
+        update = programs.update_gdc if with_gdc else programs.update_plain
+        row["update_compile_s"] = programs.compile_times[f"update_{variants[0]}"]
         lr = jnp.float32(cfg.scaled_lr())
         state = holder["state"]
-        t0 = time.perf_counter()
-        update = jax.jit(lambda s, t, l: agent.update(s, t, l, with_gdc)).lower(state, traj, lr).compile()
-        row["update_compile_s"] = time.perf_counter() - t0
         say(f"timing {repeats} update(s)")
         jax.block_until_ready(update(state, traj, lr))  # warm-up
         update_s, _ = _median_time(lambda: update(state, traj, lr), repeats)
-        row.update(update_s=update_s, rt_ut_measured=rollout_s / (rollout_s + update_s),
-                   update_variant="gdc" if with_gdc else "plain")
+        row.update(update_s=update_s, rt_ut_measured=rollout_s / (rollout_s + update_s), update_variant=variants[0])
     return row
 
 
@@ -258,21 +254,18 @@ def profile(cfg: TrainConfig, batch_sizes: Iterable[int] = (64, 128, 256, 512), 
 
 
 # ----------------------------------------------------------------------------- rendering
-def _fmt(v, spec: str) -> str:
-    return "—" if v is None else format(v, spec)
-
-
 def _crossing_text(cross: dict | None) -> str:
     if cross is None:
         return "not measured (with_update=False)"
-    c07, c10 = cross.get("0.7"), cross.get("1.0")
-    if c07 is None and c10 is None:
+    low, high = LEVELS
+    b_low, b_high = cross.get(str(low)), cross.get(str(high))
+    if b_low is None and b_high is None:
         return "never crosses in the profiled range"
-    return f"crosses 0.7 at B={c07}, 1.0 at B={c10 if c10 is not None else 'never in the profiled range'}"
+    return f"crosses {low} at B={b_low}, {high} at B={b_high if b_high is not None else 'never in the profiled range'}"
 
 
 def verdict(result: dict) -> str:
-    """One line per ratio: where it first reaches 0.7 and 1.0."""
+    """One line per ratio: where it first reaches each of ``LEVELS`` (0.7 and 1.0)."""
     est = result["crossings"]["estimate"]
     meas = result["crossings"]["measured"]
     return f"estimate {_crossing_text(est)}; measured {_crossing_text(meas)}"
@@ -290,8 +283,8 @@ def _fit_line(result: dict) -> str:
     return f"fit rollout_s(B) = a + k*B: a = {fit['a']:.4g} s, k = {fit['k']:.4g} s/env, r2 = {fit['r2']:.3f}"
 
 
-_MD_COLUMNS = [("batch_size", "d"), ("rollout_s", ".4f"), ("update_s", ".4f"), ("env_steps_per_s", ",.0f"),
-               ("RT_UT_ratio_est", ".3f"), ("rt_ut_measured", ".3f"), ("compile_s", ".2f")]
+_MD_COLUMNS = [("batch_size", 3), ("rollout_s", 4), ("update_s", 4), ("env_steps_per_s", 3),
+               ("RT_UT_ratio_est", 3), ("rt_ut_measured", 3), ("compile_s", 3)]  # (key, significant digits)
 
 
 def format_markdown(result: dict) -> str:
@@ -309,7 +302,7 @@ def format_markdown(result: dict) -> str:
         "|" + "|".join("---:" for _ in _MD_COLUMNS) + "|",
     ]
     for row in result["rows"]:
-        lines.append("| " + " | ".join(_fmt(row.get(name), spec) for name, spec in _MD_COLUMNS) + " |")
+        lines.append("| " + " | ".join(fmt(row.get(name), digits) for name, digits in _MD_COLUMNS) + " |")
     lines += ["", _fit_line(result), "", "Verdict: " + verdict(result)]
     if result.get("notes"):
         lines += ["", "Config adjustments:"] + [f"- {n}" for n in result["notes"]]
@@ -330,10 +323,10 @@ def format_profile(result: dict) -> str:
         "-" * len(head),
     ]
     for r in result["rows"]:
-        lines.append(f"{r['batch_size']:>6d} {_fmt(r['rollout_s'], '.4f'):>10} {_fmt(r['update_s'], '.4f'):>9} "
-                     f"{_fmt(r['env_steps_per_s'], ',.0f'):>12} {_fmt(r['RT_UT_ratio_est'], '.3f'):>10} "
-                     f"{_fmt(r['rt_ut_measured'], '.3f'):>10} | {_fmt(r['compile_s'], '.2f'):>9} "
-                     f"{_fmt(r['update_compile_s'], '.2f'):>10}")
+        lines.append(f"{r['batch_size']:>6d} {fmt(r['rollout_s'], 4):>10} {fmt(r['update_s'], 4):>9} "
+                     f"{fmt(r['env_steps_per_s']):>12} {fmt(r['RT_UT_ratio_est']):>10} "
+                     f"{fmt(r['rt_ut_measured']):>10} | {fmt(r['compile_s']):>9} "
+                     f"{fmt(r['update_compile_s']):>10}")
     lines.append(_fit_line(result))
     lines.append("verdict: " + verdict(result))
     for n in result.get("notes") or []:

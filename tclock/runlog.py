@@ -21,7 +21,7 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import yaml
@@ -199,3 +199,85 @@ def read_json(path: str | os.PathLike) -> Any:
 
 def write_text(path: str | os.PathLike, text: str) -> None:
     _atomic_write_text(Path(path), text)
+
+
+# --------------------------------------------------------------------------- metric matrices
+def _metric_float(value: Any, key: str, record: dict) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RunFormatError(
+            f"metrics.jsonl: iteration {record.get('iteration', '?')}: {key!r} holds "
+            f"{value!r} ({type(value).__name__}); expected a number, null or a list of them")
+    return float(value)
+
+
+def seed_matrix(records: Sequence[dict], key: str, keep_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(iterations, values)`` of one metric across records.
+
+    ``values`` is a float array ``[n_iter, n_seeds]`` with NaN for null or missing entries.
+    A scalar metric is one column; ragged per-seed lists are padded with NaN.  Records that
+    lack ``key`` are dropped, unless ``keep_missing`` is true (then every record gives a row,
+    all NaN where the key is absent, so rows line up with ``records``).  ``iterations`` is an
+    int array (``-1`` where a record has no ``iteration``).  A key found nowhere gives shapes
+    ``(0,)`` and ``(0, 0)`` (or ``(n, 0)`` with ``keep_missing``).  A non-numeric value raises
+    ``RunFormatError`` naming the key and iteration.
+    """
+    rows: list[list[float]] = []
+    iters: list[int] = []
+    for record in records:
+        if key not in record and not keep_missing:
+            continue
+        raw = record.get(key)
+        if isinstance(raw, (list, tuple)):
+            row = [_metric_float(v, key, record) for v in raw]
+        elif key in record:
+            row = [_metric_float(raw, key, record)]
+        else:
+            row = []
+        rows.append(row)
+        it = record.get("iteration")
+        iters.append(int(it) if isinstance(it, (int, float)) and not isinstance(it, bool) else -1)
+    n_seeds = max((len(r) for r in rows), default=0)
+    if not any(key in r for r in records):
+        n_seeds = 0
+    out = np.full((len(rows), n_seeds), np.nan, dtype=float)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return np.asarray(iters, dtype=int), out
+
+
+def nanmean_rows(values: np.ndarray) -> np.ndarray:
+    """Mean over seeds (axis 1) ignoring NaN; NaN where a row has no finite value."""
+    if values.ndim != 2 or values.shape[1] == 0:
+        return np.full(values.shape[0] if values.ndim else 0, np.nan)
+    finite = np.isfinite(values)
+    count = finite.sum(axis=1)
+    total = np.where(finite, values, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def has_values(records: Sequence[dict], key: str) -> bool:
+    """True when at least one record carries a finite value for ``key``."""
+    _, m = seed_matrix(records, key)
+    return bool(m.size and np.isfinite(m).any())
+
+
+def trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last <= ``window`` finite values up to each index (NaN before the first)."""
+    out = np.full(values.shape, np.nan)
+    seen: list[float] = []
+    for i, v in enumerate(values):
+        if np.isfinite(v):
+            seen.append(float(v))
+        if seen:
+            out[i] = float(np.mean(seen[-window:]))
+    return out
+
+
+def load_config_or_empty(run_dir: str | os.PathLike) -> dict:
+    """The run's config, or {} when the run has no config file (a malformed one still raises)."""
+    if not (Path(run_dir) / CONFIG_FILE).exists():
+        return {}
+    return read_config(run_dir)

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tclock import doctor, runlog
+from tclock import doctor, doctor_checklist, doctor_diagnose, doctor_gradients, doctor_rules, plots, runlog
+from tclock import thresholds
 from tclock.doctor import diagnose, format_table, report_to_dict, run_doctor
 from tclock.runlog import RunWriter
 
@@ -91,7 +92,7 @@ def test_stalled_ratio_is_two_clocks(tmp_path):
     report = diagnose(run)
     row = report.row("rt_ut_ratio_w50")
     assert row.verdict == "two-clocks", row.value
-    assert row.data["stall_streak"] >= doctor.SUSTAIN
+    assert row.data["stall_streak"] >= thresholds.SUSTAIN
     assert report.row("activation_rate").verdict == "healthy"
     assert report.row("adv_skew").verdict == "healthy"
     assert report.exit_code == 1 and report.verdict == "two-clocks"
@@ -135,7 +136,7 @@ def test_plateau_with_falling_return_is_two_clocks(tmp_path):
     row = report.row("rt_ut_plateau")
     assert row.verdict == "two-clocks", row.value
     flagged = [p for p in row.data["plateaus"] if p["falling"]]
-    assert flagged and flagged[-1]["length"] >= doctor.SUSTAIN
+    assert flagged and flagged[-1]["length"] >= thresholds.SUSTAIN
     assert flagged[-1]["slope_plateau"] < 0.5 * flagged[-1]["slope_before"]
     # level alone is only a risk: the plateau + slope rule is what flags it
     assert report.row("rt_ut_ratio_w50").verdict == "risk"
@@ -167,7 +168,8 @@ def test_activation_dead_then_recovered_is_watch(tmp_path):
 
 
 def test_activation_dead_only_in_warmup_is_ignored(tmp_path):
-    report = diagnose(make_run(tmp_path, n=40, act=lambda i: 0.0 if i <= doctor.ACT_WARMUP else 0.05 + 0.001 * i))
+    report = diagnose(make_run(tmp_path, n=40,
+                               act=lambda i: 0.0 if i <= thresholds.ACT_WARMUP else 0.05 + 0.001 * i))
     assert report.row("activation_rate").verdict == "healthy"
 
 
@@ -175,7 +177,7 @@ def test_activation_oscillating_is_risk(tmp_path):
     report = diagnose(make_run(tmp_path, n=40, act=lambda i: 0.3 if i % 2 else 0.0))
     row = report.row("activation_rate")
     assert row.verdict == "risk" and "oscillating" in row.value
-    assert row.data["flips"] >= doctor.ACT_FLIPS
+    assert row.data["flips"] >= thresholds.ACT_FLIPS
 
 
 def test_skew_streak_is_two_clocks(tmp_path):
@@ -376,13 +378,13 @@ def test_missing_config_is_tolerated(tmp_path):
 
 # --------------------------------------------------------------------------- helpers and hygiene
 def test_helpers():
-    assert doctor.streaks([False, True, True, False, True]) == [(1, 2), (4, 4)]
-    assert doctor.trailing_streak([True, False, True, True]) == 2
-    assert doctor.trailing_streak([]) == 0
-    assert doctor.flips([True, False, False, True, False]) == 3
+    assert doctor_rules.streaks([False, True, True, False, True]) == [(1, 2), (4, 4)]
+    assert doctor_rules.trailing_streak([True, False, True, True]) == 2
+    assert doctor_rules.trailing_streak([]) == 0
+    assert doctor_rules.flips([True, False, False, True, False]) == 3
     x = np.arange(10.0)
-    assert doctor.slope(x, 3 * x + 1) == pytest.approx(3.0)
-    assert doctor.slope(np.ones(4), x[:4]) is None
+    assert doctor_rules.slope(x, 3 * x + 1) == pytest.approx(3.0)
+    assert doctor_rules.slope(np.ones(4), x[:4]) is None
 
 
 def test_no_jax_and_no_direct_file_reads():
@@ -391,7 +393,7 @@ def test_no_jax_and_no_direct_file_reads():
             "or m.startswith(('tclock.loop', 'tclock.agents'))]; print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    for mod in (doctor, sys.modules["tclock.plots"]):
+    for mod in (doctor, doctor_rules, doctor_gradients, doctor_checklist, doctor_diagnose, plots):
         src = Path(mod.__file__).read_text()
         for forbidden in ("open(", "read_text(", "json.load(", "json.loads(", "yaml."):
             assert forbidden not in src, (mod.__name__, forbidden)

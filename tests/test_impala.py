@@ -6,7 +6,7 @@ import optax
 import pytest
 
 from tclock import diagnostics, runlog
-from tclock.agents import IMPALA, PPO, make_agent
+from tclock.agents import IMPALA, PPO, ActorCritic, make_agent
 from tclock.config import ConfigError, TrainConfig, drbs_ladder, validate
 from tclock.loop import build_agent, train
 from tclock.networks import gaussian_log_prob
@@ -30,7 +30,7 @@ def one_seed(tree, i=0, axis=0):
 def test_make_agent_picks_impala_and_checks_env_groups():
     cfg = TrainConfig(**SMALL)
     agent = build_agent(cfg)
-    assert type(agent) is IMPALA and isinstance(agent, PPO)
+    assert type(agent) is IMPALA and isinstance(agent, ActorCritic) and not isinstance(agent, PPO)  # siblings
     assert type(make_agent(cfg.replace(algo="ppo"), agent.env)) is PPO
     with pytest.raises(ConfigError, match="num_minibatches: IMPALA"):  # 30*16 divides by 4, 30 envs do not
         validate(TrainConfig(**{**SMALL, "num_envs": 30}))

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tclock import plots, runlog
-from tclock.plots import plot_run, seed_matrix
+from tclock import figures, plots, runlog
+from tclock.plots import plot_run
+from tclock.runlog import seed_matrix
 from tclock.runlog import RunFormatError, RunWriter
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -63,8 +64,8 @@ def test_all_figures_written(tmp_path):
     for p in paths:
         assert p.parent == run and p.stat().st_size > 5000
         png_size(p)
-    assert png_size(run / "return.png") == (12 * plots.DPI, int(7.5 * plots.DPI))
-    assert png_size(run / "rt_ut.png") == (11 * plots.DPI, 5 * plots.DPI)
+    assert png_size(run / "return.png") == (12 * figures.DPI, int(7.5 * figures.DPI))
+    assert png_size(run / "rt_ut.png") == (11 * figures.DPI, 5 * figures.DPI)
     assert not list(run.glob(".*.tmp"))
 
 
@@ -132,11 +133,11 @@ def test_seed_matrix():
     np.testing.assert_array_equal(m[:, 0], [0.5, np.nan, 2.0])
     its, m = seed_matrix(recs, "absent")
     assert its.shape == (0,) and m.shape == (0, 0)
-    np.testing.assert_allclose(plots.nanmean_rows(np.array([[1.0, np.nan], [np.nan, np.nan]])), [1.0, np.nan])
+    np.testing.assert_allclose(runlog.nanmean_rows(np.array([[1.0, np.nan], [np.nan, np.nan]])), [1.0, np.nan])
     with pytest.raises(RunFormatError, match="iteration 2.*'a'"):
         seed_matrix([{"iteration": 2, "a": ["x"]}], "a")
 
 
 def test_trailing_mean():
     v = np.array([np.nan, 1.0, 3.0, np.nan, 5.0])
-    np.testing.assert_allclose(plots.trailing_mean(v, 2), [np.nan, 1.0, 2.0, 2.0, 4.0])
+    np.testing.assert_allclose(runlog.trailing_mean(v, 2), [np.nan, 1.0, 2.0, 2.0, 4.0])

@@ -1,6 +1,5 @@
 """PPO end to end on real Brax envs: learning, determinism, resume after a kill, NaN stop."""
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -151,7 +150,7 @@ def test_nan_stops_run_and_keeps_last_good_checkpoint(tmp_path):
 
 
 def test_gdc_and_noise_scale_agree_on_real_ppo_batches(tmp_path):
-    """Theory (DESIGN.md §2): expected cosine c ≈ 1/(1 + b_simple/b), so b_simple ≈ b(1-c)/c.
+    """Theory (docs/design.md §2): expected cosine c ≈ 1/(1 + b_simple/b), so b_simple ≈ b(1-c)/c.
 
     Both are noisy K=5 estimates, so the check compares medians over 40 iterations x 2 seeds
     and allows a factor of 2.5 either way.

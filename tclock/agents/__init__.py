@@ -1,12 +1,19 @@
-"""Learners. Each gives init / rollout / update functions that plug into the one host loop."""
+"""Learners, found through a registry (:mod:`tclock.agents.base`): ``--algo <name>`` picks one.
+
+Built in: ``ppo`` and ``impala`` (siblings on :class:`~tclock.agents.actor_critic.ActorCritic`).
+A new learner is one module with a :class:`LearnerSpec` passed to :func:`register_learner`;
+the loops, sweeps, doctor and pipeline need no edit.
+"""
+from tclock.agents import impala as _impala
+from tclock.agents import ppo as _ppo
+from tclock.agents.actor_critic import ActorCritic
+from tclock.agents.base import (Learner, LearnerSpec, LossTerms, learner_names, learner_spec, make_agent,
+                                register_learner)
 from tclock.agents.impala import IMPALA
 from tclock.agents.ppo import PPO
 
+for _spec in (_ppo.SPEC, _impala.SPEC):
+    register_learner(_spec, overwrite=True)
 
-def make_agent(cfg, env):
-    """The learner named by ``cfg.algo`` for a batched env."""
-    if cfg.algo == "ppo":
-        return PPO(cfg, env)
-    if cfg.algo == "impala":
-        return IMPALA(cfg, env)
-    raise ValueError(f"algo: {cfg.algo!r} has no learner yet")
+__all__ = ["ActorCritic", "IMPALA", "PPO", "Learner", "LearnerSpec", "LossTerms", "learner_names", "learner_spec",
+           "make_agent", "register_learner"]

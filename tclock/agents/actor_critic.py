@@ -1,0 +1,167 @@
+"""What the on-policy actor-critic learners (PPO, IMPALA) share, as one base class.
+
+:class:`ActorCritic` holds the networks (a Gaussian policy and a value MLP, flax), the
+observation normaliser (Brax ``running_statistics``), ``init``, the rollout
+(:func:`tclock.agents.acting.rollout`), the K-minibatch gradient diagnostics, and the frame
+of a learning phase (normaliser update first, metrics and the ``finite`` flag last).  A
+subclass supplies ``loss_terms`` (a :class:`~tclock.agents.base.LossTerms` per minibatch) and
+``update_one`` (one seed's learning phase); ``update`` vmaps it over seeds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from brax.training.acme import running_statistics, specs
+from flax import struct
+
+from tclock import diagnostics
+from tclock.agents import acting, losses, sgd
+from tclock.agents.acting import Trajectory
+from tclock.agents.base import LossTerms
+from tclock.envs.wrappers import BatchedEnv, EnvCarry
+from tclock.networks import GaussianPolicy, ValueNet
+
+
+@struct.dataclass
+class ActorCriticState:
+    params: Any  # {"policy": ..., "value": ...}
+    opt_state: Any
+    normalizer: Any
+    env: EnvCarry
+    key: jax.Array
+    last_return: jax.Array  # mean return of the latest rollout that finished an episode
+    last_success: jax.Array  # success rate of the latest rollout that finished an episode
+
+
+def gradient_diagnostics(loss_terms, params, data: dict, key, k: int, m: int, vf_coef: float, ent_coef: float):
+    """GDC and the gradient noise scale from ``k`` random minibatches of ``m`` transitions of
+    ``data`` at ``params`` (the behaviour parameters, before any step).
+
+    ``loss_terms(params, minibatch) -> LossTerms``; the policy, value and entropy terms are
+    differentiated separately (one ``jacrev``), so GDC is reported for the total loss, the
+    policy loss (policy parameters) and the value loss (value parameters)."""
+    n = data["obs"].shape[0]
+    # Sampling with replacement: the setting in which the noise-scale estimator is unbiased,
+    # and far cheaper on a CPU than a permutation of all n transitions per minibatch.
+    idx = jax.random.randint(key, (k, m), 0, n)
+    minibatches = jax.tree.map(lambda x: x[idx], data)  # [K, m, ...]
+
+    def terms(p, mb):
+        t = loss_terms(p, mb)
+        return jnp.stack([t.policy, t.value, t.entropy])
+
+    jac = jax.vmap(lambda mb: jax.jacrev(terms)(params, mb))(minibatches)  # leaves [K, 3, ...]
+    pick = lambda i: jax.tree.map(lambda g: g[:, i], jac)  # noqa: E731
+    g_pg, g_vl, g_ent = pick(0), pick(1), pick(2)
+    g_total = jax.tree.map(lambda a, b, c: a + vf_coef * b - ent_coef * c, g_pg, g_vl, g_ent)
+    noise = diagnostics.noise_scale(g_total, m)
+    return {
+        "gdc": diagnostics.gdc(g_total),
+        "gdc_policy": diagnostics.gdc(g_pg["policy"]),
+        "gdc_value": diagnostics.gdc(g_vl["value"]),
+        "b_simple": noise["b_simple"],
+        "grad_norm_sq": noise["grad_norm_sq"],
+        "trace_sigma": noise["trace_sigma"],
+    }
+
+
+@dataclass
+class ActorCritic:
+    """Base of the on-policy learners; see the module docstring and :mod:`tclock.agents.base`."""
+
+    cfg: Any
+    env: BatchedEnv
+
+    def __post_init__(self):
+        cfg = self.cfg
+        self.obs_size = self.env.observation_size
+        self.action_size = self.env.action_size
+        self.policy = GaussianPolicy(tuple(cfg.policy_hidden), self.action_size, cfg.activation)
+        self.value = ValueNet(tuple(cfg.value_hidden), cfg.activation)
+        self.optimizer = sgd.make_optimizer(cfg.max_grad_norm)
+
+    # ------------------------------------------------------------------ init
+    def init_one(self, key: jax.Array) -> ActorCriticState:
+        k_pi, k_v, k_env, k_state = jax.random.split(key, 4)
+        dummy = jnp.zeros((1, self.obs_size))
+        params = {"policy": self.policy.init(k_pi, dummy), "value": self.value.init(k_v, dummy)}
+        normalizer = running_statistics.init_state(specs.Array((self.obs_size,), jnp.dtype("float32")))
+        zero = jnp.zeros(())
+        return ActorCriticState(params=params, opt_state=self.optimizer.init(params), normalizer=normalizer,
+                                env=self.env.reset(k_env), key=k_state, last_return=zero, last_success=zero)
+
+    def init(self, seed: int, num_seeds: int) -> ActorCriticState:
+        keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.arange(num_seeds))
+        return jax.vmap(self.init_one)(keys)
+
+    # ------------------------------------------------------------------ networks
+    def _normalize(self, normalizer, obs):
+        if not self.cfg.normalize_obs:
+            return obs
+        return running_statistics.normalize(obs, normalizer)
+
+    def policy_dist(self, params, normalizer, obs):
+        return self.policy.apply(params["policy"], self._normalize(normalizer, obs))
+
+    def value_of(self, params, normalizer, obs):
+        return self.value.apply(params["value"], self._normalize(normalizer, obs))
+
+    # ------------------------------------------------------------------ acting
+    def rollout(self, state: ActorCriticState, active: int | None = None):
+        return acting.rollout(self.env, self.cfg.unroll_length, self.policy_dist, state, active)
+
+    def behaviour(self, state: ActorCriticState):
+        return state.params, state.normalizer
+
+    def with_behaviour(self, state: ActorCriticState, behaviour) -> ActorCriticState:
+        params, normalizer = behaviour
+        return state.replace(params=params, normalizer=normalizer)
+
+    # ------------------------------------------------------------------ losses
+    def loss_terms(self, params, normalizer, batch) -> LossTerms:
+        raise NotImplementedError
+
+    def total_loss(self, params, normalizer, batch):
+        return losses.combine(self.loss_terms(params, normalizer, batch), self.cfg.vf_coef, self.cfg.ent_coef)
+
+    def gradient_diagnostics(self, params, normalizer, data, key):
+        cfg = self.cfg
+        return gradient_diagnostics(lambda p, mb: self.loss_terms(p, normalizer, mb), params, data, key,
+                                    cfg.gdc_k, cfg.gdc_minibatch, cfg.vf_coef, cfg.ent_coef)
+
+    # ------------------------------------------------------------------ learning-phase frame
+    def observe(self, normalizer, traj: Trajectory):
+        """The observation normaliser after seeing this rollout (first step of a learning phase)."""
+        if self.cfg.normalize_obs:
+            return running_statistics.update(normalizer, traj.obs)
+        return normalizer
+
+    transitions = staticmethod(sgd.transitions)
+
+    def sgd_step(self, carry, normalizer, batch):
+        return sgd.sgd_step(lambda p, b: self.total_loss(p, normalizer, b), self.optimizer, carry, batch)
+
+    def sgd_epochs(self, params, opt_state, lr, key, minibatches, step):
+        return sgd.sgd_epochs(params, opt_state, lr, key, self.cfg.num_epochs, minibatches, step)
+
+    def finish_update(self, state, params, opt_state, normalizer, key, data, lr, info, metrics):
+        """Closes a learning phase: mean step metrics, KL to the behaviour policy on the rollout
+        ``data``, ``lr``, ``finite``; returns ``(new_state, metrics)``."""
+        metrics.update({k: v.mean() for k, v in info.items()})
+        mean, log_std = self.policy_dist(params, normalizer, data["obs"])
+        metrics["kl_behavior"] = losses.behaviour_kl(mean, log_std, data["action"], data["logp"])
+        metrics["lr"] = jnp.asarray(lr, jnp.float32)
+        leaves = jax.tree.leaves(params)
+        metrics["finite"] = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves])) & jnp.isfinite(
+            metrics["policy_loss"]) & jnp.isfinite(metrics["value_loss"])
+        new_state = state.replace(params=params, opt_state=opt_state, normalizer=normalizer, key=key)
+        return new_state, metrics
+
+    def update_one(self, state, traj: Trajectory, lr, with_gdc: bool):
+        raise NotImplementedError
+
+    def update(self, state, traj: Trajectory, lr, with_gdc: bool = False):
+        return jax.vmap(lambda s, t: self.update_one(s, t, lr, with_gdc), in_axes=(0, 1))(state, traj)

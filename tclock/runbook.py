@@ -1,0 +1,253 @@
+"""The run bookkeeper: what every training loop (synchronous ``loop.py``, asynchronous
+``arp.py``) does with a run directory, written once.
+
+:class:`RunBook` opens the run (``--resume`` / ``--overwrite`` checks), restores the training
+state and the typed :class:`HostState` from the newest checkpoint (or initialises both),
+builds each iteration's metrics record with the shared keys (clocks, counters, the windowed
+RT/UT ratio, per-seed metrics), stops the run on a non-finite loss or parameter (checkpointing
+the last good state), checkpoints every ``checkpoint_every`` iterations, and ends the run
+(``finished`` / ``interrupted`` / ``failed`` in ``status.json``).  A loop keeps only what is
+its own: who produces rollouts, when the learner runs, and the keys only it logs.
+
+Shared record keys (docs/metrics.md): ``iteration``, ``env_steps``, ``wall_s``, ``rt_s``,
+``learn_s``, ``ut_s``, ``rt_ut_ratio``, ``rt_ut_ratio_w50`` (mean of the last
+``thresholds.RATIO_WINDOW`` ratios), ``num_envs``, ``compiles``, ``compile_s`` (first record of
+a process), then the learner's per-seed metrics and the loop's own keys.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tclock import runlog
+from tclock.config import RESUME_MAY_CHANGE, ConfigError, TrainConfig, config_differences
+from tclock.progress import Progress
+from tclock.thresholds import RATIO_WINDOW
+
+
+class TrainingDiverged(RuntimeError):
+    """Loss or parameters became non-finite; the last good state is checkpointed."""
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    iterations: int
+    compile_s: float
+    wall_s: float
+    env_steps_per_s: float  # all seeds together, loop time only
+    final: dict = field(default_factory=dict)
+
+
+@dataclass
+class HostState:
+    """What the host loop carries across a checkpoint besides the training state."""
+
+    wall_s: float = 0.0  # loop seconds so far
+    env_steps: int = 0  # per seed
+    ratios: list = field(default_factory=list)  # the last RATIO_WINDOW rt_ut_ratio values
+    drbs: dict | None = None  # the DRBS controller's state
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "HostState":
+        return cls(wall_s=float(data.get("wall_s", 0.0)), env_steps=int(data.get("env_steps", 0)),
+                   ratios=list(data.get("ratios", [])), drbs=data.get("drbs"))
+
+
+@dataclass
+class LastGood:
+    """The newest state whose metrics were all finite: what a checkpoint saves."""
+
+    iteration: int
+    state: Any
+    env_steps: int
+
+
+def seed_list(x) -> list:
+    """A per-seed metric array as a JSON list (non-finite values as None)."""
+    arr = np.asarray(x, dtype=np.float64).reshape(-1)
+    return [None if not np.isfinite(v) else float(v) for v in arr]
+
+
+def seed_metrics(*metric_dicts) -> dict:
+    """Per-seed metric arrays from the jitted functions as JSON lists (``finite`` excluded)."""
+    return {k: seed_list(v) for m in metric_dicts for k, v in m.items() if k != "finite"}
+
+
+class RunBook:
+    """One run directory's bookkeeping; see the module docstring.
+
+    ``checkpoint_state(state)``: what a checkpoint stores for a training state (the
+    asynchronous loop swaps in actor 0's envs); ``drbs_state()``: the DRBS controller's state
+    to save with the host state (None without DRBS)."""
+
+    def __init__(self, cfg: TrainConfig, clock: Callable[[], float] = time.perf_counter):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.out)
+        self.clock = clock
+        self.checkpoint: tuple | None = None
+        self.host = HostState()
+        self.first_iteration = 0
+        self.last_good: LastGood | None = None
+        self.last_record: dict = {}
+        self.ratios: deque = deque(maxlen=RATIO_WINDOW)
+        self.writer: runlog.RunWriter | None = None
+        self.progress = Progress(False, 0, 0, "step")
+        self.first_record_extra: dict = {}
+        self.checkpoint_state: Callable[[Any], Any] = lambda state: state
+        self.drbs_state: Callable[[], dict | None] = lambda: None
+        self._loop_start = 0.0
+
+    # ------------------------------------------------------------------ opening
+    def open(self, resume: bool, overwrite: bool) -> RunResult | None:
+        """Checks ``--resume``/``--overwrite`` against the run directory; returns the result of
+        a finished run being resumed (nothing to do), else None (and keeps the checkpoint)."""
+        run_dir = self.run_dir
+        if resume:
+            if (run_dir / runlog.CONFIG_FILE).exists():
+                self._check_resume_config()
+            if runlog.read_status(run_dir).get("state") == "finished":
+                return self._finished_result()
+            self.checkpoint = runlog.load_checkpoint(run_dir)
+            return None
+        if runlog.read_metrics(run_dir, missing_ok=True) and not overwrite:
+            raise ConfigError(f"out: {run_dir} already holds a run; pass --resume to continue it, --overwrite to "
+                              "replace it, or choose another --out")
+        return None
+
+    def initial_state(self, agent) -> tuple[int, Any]:
+        """``(iteration, state)``: from the checkpoint, or ``agent.init`` for a new run."""
+        if self.checkpoint is None:
+            iteration, state, self.host = 0, agent.init(self.cfg.seed, self.cfg.seeds), HostState()
+        else:
+            iteration, saved = self.checkpoint
+            self.host = HostState.from_dict(saved["host"])
+            state = jax.tree.map(jnp.asarray, saved["train"])
+        self.first_iteration = iteration
+        self.ratios = deque(self.host.ratios, maxlen=RATIO_WINDOW)
+        self.last_good = LastGood(iteration, state, self.host.env_steps)
+        return iteration, state
+
+    def start_progress(self, by_wall: bool = False) -> Progress:
+        cfg = self.cfg
+        if by_wall:
+            self.progress = Progress(cfg.progress, cfg.total_seconds, self.host.wall_s, "s")
+        else:
+            self.progress = Progress(cfg.progress, cfg.total_steps, self.host.env_steps, "step")
+        return self.progress
+
+    def start(self) -> None:
+        """Opens the run's files (after compiling) and starts the loop clock."""
+        resumed = self.first_iteration if self.checkpoint is not None else None
+        self.writer = runlog.RunWriter(self.run_dir, self.cfg.to_dict(), resume_iteration=resumed)
+        self._loop_start = self.clock()
+
+    def wall(self) -> float:
+        """Loop seconds of the whole run (earlier processes included)."""
+        return self.host.wall_s + self.clock() - self._loop_start
+
+    def loop_seconds(self) -> float:
+        """Loop seconds of this process."""
+        return max(self.clock() - self._loop_start, 1e-9)
+
+    # ------------------------------------------------------------------ each iteration
+    def record(self, number: int, env_steps: int, rt: float, learn: float, ut: float | None,
+               ratio: float | None, num_envs: int, compiles: int, metrics: tuple = (), extra: dict | None = None) -> dict:
+        """The iteration's metrics record: the shared keys, ``extra`` (the loop's own keys, in
+        the order given), then the learner's per-seed ``metrics``."""
+        if ratio is not None:
+            self.ratios.append(ratio)
+        record = {"iteration": number, "env_steps": env_steps, "wall_s": self.wall(), "rt_s": rt, "learn_s": learn,
+                  "ut_s": ut, "rt_ut_ratio": ratio,
+                  "rt_ut_ratio_w50": float(np.mean(self.ratios)) if self.ratios else None,
+                  "num_envs": num_envs, "compiles": compiles}
+        if self.first_record_extra:
+            record.update(self.first_record_extra)
+            self.first_record_extra = {}
+        record.update(extra or {})
+        record.update(seed_metrics(*metrics))
+        return record
+
+    def commit(self, record: dict, state, finite) -> None:
+        """Logs ``record``; stops the run if ``finite`` (per seed) is false anywhere; otherwise
+        ``state`` becomes the last good state, checkpointed every ``checkpoint_every``."""
+        self.writer.log(record)
+        self.last_record = record
+        number = record["iteration"]
+        finite = np.asarray(finite).reshape(-1)
+        if not finite.all():
+            bad = [i for i, ok in enumerate(finite) if not ok]
+            good = self.last_good.iteration
+            self.save()
+            self.writer.mark("failed", reason="non-finite loss or parameters", iteration=number, seeds=bad,
+                             last_good_checkpoint=good)
+            raise TrainingDiverged(
+                f"loss or parameters became non-finite at iteration {number} (seed index {bad}); the last good "
+                f"state (iteration {good}) is checkpointed in {self.run_dir / runlog.CHECKPOINT_DIR}. Lower "
+                f"lr (now {self.cfg.lr}) or max_grad_norm, or check the env's observations for NaN.")
+        self.last_good = LastGood(number, state, record["env_steps"])
+        if number % self.cfg.checkpoint_every == 0:
+            self.save()
+
+    def save(self) -> int:
+        """Checkpoints the last good state with the host state; returns its iteration."""
+        good = self.last_good
+        host = HostState(wall_s=self.wall(), env_steps=good.env_steps, ratios=list(self.ratios),
+                         drbs=self.drbs_state())
+        self.writer.save_checkpoint(good.iteration, {"train": jax.device_get(self.checkpoint_state(good.state)),
+                                                     "host": asdict(host)})
+        return good.iteration
+
+    # ------------------------------------------------------------------ ending
+    @contextlib.contextmanager
+    def guard(self):
+        """How a run ends, for every loop: Ctrl-C checkpoints the last good state and marks the
+        run ``interrupted``; divergence has already been marked ``failed``; any other error
+        checkpoints and marks ``failed`` with its reason.  Files and the progress bar are
+        closed either way."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.writer.mark("interrupted", iteration=self.save())
+            raise
+        except TrainingDiverged:
+            raise
+        except Exception as e:  # a callback, a device error: keep what we have, say why
+            self.save()
+            self.writer.mark("failed", reason=f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self.writer.close()
+            self.progress.close()
+
+    def finish(self, compile_s: float, device, **info) -> RunResult:
+        """Saves the last good state, marks the run finished and returns its summary."""
+        self.save()
+        good = self.last_good
+        sps = (good.env_steps - self.host.env_steps) * self.cfg.seeds / self.loop_seconds()
+        wall = self.wall()
+        self.writer.mark("finished", iterations=good.iteration, env_steps=good.env_steps, compile_s=compile_s,
+                         wall_s=wall, env_steps_per_s=sps, device=str(device), **info)
+        return RunResult(self.run_dir, good.iteration, compile_s, wall, sps, self.last_record)
+
+    def _check_resume_config(self) -> None:
+        saved = runlog.read_config(self.run_dir)
+        details = config_differences(saved, self.cfg, may_differ=RESUME_MAY_CHANGE)
+        if details:
+            raise ConfigError(f"--resume: the config differs from the run in {self.run_dir} ({details}); "
+                              "resume with the same settings or start a new --out")
+
+    def _finished_result(self) -> RunResult:
+        status = runlog.read_status(self.run_dir)
+        metrics = runlog.read_metrics(self.run_dir)
+        return RunResult(self.run_dir, int(status.get("iterations", len(metrics))), float(status.get("compile_s", 0.0)),
+                         float(status.get("wall_s", 0.0)), float(status.get("env_steps_per_s", 0.0)),
+                         metrics[-1] if metrics else {})
