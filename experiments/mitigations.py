@@ -27,6 +27,7 @@ import numpy as np
 
 import common
 from common import CLAIMS, fmt, md_table, pm
+from tclock import critical
 
 NAME = "mitigations"
 VARIANTS = ("fixed_large", "drbs_0.25", "drbs_1.0", "hae", "purm", "fixed_small")
@@ -67,31 +68,17 @@ def variant_config(name: str, s: dict, env: str, out, purm: dict | None = None):
 def to_target(records: list[dict], target: float, smooth_steps: float = SMOOTH_STEPS) -> tuple[list, list]:
     """Per seed: env steps and wall seconds at the first iteration where the trailing mean of
     success_rate over the last iterations that together hold at least ``smooth_steps`` env steps
-    (a full window) reaches ``target`` (NaN if never).  With a fixed B this is
-    tclock.sweep_report's rule (k = ceil(smooth_steps/(B*T)) iterations); under DRBS the window
-    follows the changing batch."""
+    (a full window) reaches ``target`` (NaN if never): :func:`tclock.critical.steps_to_target`,
+    the rule of the sweep report too (with a fixed B the window is k = ceil(smooth_steps/(B*T))
+    iterations); under DRBS the window follows the changing batch."""
     succ = common.series(records, "success_rate")
     steps = np.array([r["env_steps"] for r in records], dtype=float)
     wall = np.array([r["wall_s"] for r in records], dtype=float)
-    n, S = succ.shape if succ.ndim == 2 else (0, 0)
-    e_out, w_out = [math.nan] * S, [math.nan] * S
-    batch = np.diff(np.concatenate([[0.0], steps]))
-    windows = []
-    for i in range(n):
-        j, acc = i, 0.0
-        while j >= 0 and acc < smooth_steps:
-            acc += batch[j]
-            j -= 1
-        windows.append(slice(j + 1, i + 1) if acc >= smooth_steps else None)
-    for k in range(S):
-        for i, win in enumerate(windows):
-            if win is None:
-                continue
-            vals = succ[win, k]
-            vals = vals[np.isfinite(vals)]
-            if vals.size and vals.mean() >= target:
-                e_out[k], w_out[k] = float(steps[i]), float(wall[i])
-                break
+    e_out, w_out = [], []
+    for k in range(succ.shape[1]):
+        hit = critical.steps_to_target(steps, succ[:, k], target, smooth_steps)
+        e_out.append(hit.env_steps)
+        w_out.append(math.nan if hit.index is None else float(wall[hit.index]))
     return e_out, w_out
 
 
@@ -154,9 +141,8 @@ def rel(a: float, b: float) -> float:
     return a / b - 1 if b and math.isfinite(a) and math.isfinite(b) else math.nan
 
 
-def main(argv=None) -> dict:
-    args = common.parse_args(NAME, __doc__.splitlines()[0], argv)
-    s = settings(args)
+def train_all(args, s: dict) -> tuple[dict, dict, dict]:
+    """Trains every variant on every env; returns ``(results, curves, purm_settings)`` by env."""
     runs = common.fresh_runs_dir(args)
     results: dict[str, dict] = {}
     curves: dict[str, dict] = {}
@@ -182,8 +168,11 @@ def main(argv=None) -> dict:
             r = results[env][name]
             common.say(f"  final success {r['final_success'][0]:.2f}, E to target {r['E_median']}, "
                        f"wall {r['wall_s']:.1f} s, B used {r['num_envs_used']}")
+    return results, curves, purm_settings
 
-    # ---- tables
+
+def tables(s: dict, results: dict, purm_settings: dict) -> list[str]:
+    """The lines of table.md: the settings and one table per env."""
     body = [f"B_large = {s['large']}, B_small = {s['small']} envs, T = {s['cfg']['unroll_length']}, {s['seeds']} seeds; "
             f"env-step budget {s['total_steps']:,} per seed for all but PURM (wall budget = fixed_large's loop "
             f"seconds). Target: success rate {s['target']} (trailing mean over {SMOOTH_STEPS} env steps); "
@@ -208,11 +197,12 @@ def main(argv=None) -> dict:
             body += [f"PURM: wall budget {p['total_seconds']:.1f} s, T_base {p['purm_t_base']:.3f} s (fixed_large's "
                      f"median iteration), α {p['purm_alpha']}, T_cycle {p['purm_t_cycle']:.2f} s (the write-up's "
                      "3 s / 0.2 / 60 s scaled to this machine's iteration time).", ""]
+    return body
 
-    # ---- claims (first env)
-    env0 = s["envs"][0]
-    per = results[env0]
-    L, Sm = per["fixed_large"], per["fixed_small"]
+
+def drbs_claims(s: dict, per: dict, env0: str) -> list[dict]:
+    """Both DRBS settings against fixed_large (write-up 4.1)."""
+    L = per["fixed_large"]
     claims = []
     wd = CLAIMS["mitigations"]["drbs"]
     for name in ("drbs_0.25", "drbs_1.0"):
@@ -244,6 +234,12 @@ def main(argv=None) -> dict:
                "time is the shared machine's noise and is not credited" if not moved else "")
             + ". Counted as better from +0.10 final success or −10% wall to target, and as faster from −10% "
               "loop time."))
+    return claims
+
+
+def hae_claim(per: dict, env0: str) -> dict:
+    """HAE against GAE at the large batch (write-up 4.3)."""
+    L = per["fixed_large"]
     wh = CLAIMS["mitigations"]["hae"]
     H = per["hae"]
     sk_l, sk_h = L["adv_skew_abs_mean"], H["adv_skew_abs_mean"]
@@ -252,7 +248,7 @@ def main(argv=None) -> dict:
     verdict = ("inconclusive" if not (math.isfinite(sk_l) and math.isfinite(sk_h)) else
                "reproduced" if sk_l > 2 and sk_h < 1 and learns else
                "partly" if sk_h < sk_l and (learns or sk_h < 1) else "not reproduced")
-    claims.append(common.claim(
+    return common.claim(
         "hae", f"HAE tames the advantage skew at a large batch ({env0})", f"{wh['text']} ({wh['task']})",
         f"mean abs(adv skew) {sk_l:.2f} (GAE) → {sk_h:.2f} (HAE) (signed {pm(*L['adv_skew_mean'])} → "
         f"{pm(*H['adv_skew_mean'])}); late return variance {fmt(100 * var_change, '+.0f')}%; final success "
@@ -264,7 +260,12 @@ def main(argv=None) -> dict:
         "variance means nothing when the return stays near zero"
         + ("" if learns else "; here HAE did not learn the task: with the write-up's code path, steps outside "
            "every window get zero advantage, so before the first successes there is almost no policy signal")
-        + "."))
+        + ".")
+
+
+def purm_claim(s: dict, per: dict, env0: str) -> dict:
+    """PURM at the large batch against the small fixed batch (write-up 4.4)."""
+    L, Sm = per["fixed_large"], per["fixed_small"]
     wp = CLAIMS["mitigations"]["purm"]
     P = per["purm"]
     gain = rel(P["final_success"][0], Sm["final_success"][0])
@@ -272,7 +273,7 @@ def main(argv=None) -> dict:
     t_gain = rel(Sm["wall_median"], P["wall_median"])  # > 0: PURM reached the target sooner
     verdict = ("inconclusive" if not math.isfinite(gain) else
                "reproduced" if (gain >= 0.06 if not saturated else t_gain >= 0.06) else "not reproduced")
-    claims.append(common.claim(
+    return common.claim(
         "purm", f"PURM at B = {s['large']} beats the B = {s['small']} baseline ({env0})", f"{wp['text']} ({wp['task']})",
         f"final success {pm(*P['final_success'])} (PURM, {fmt(P['env_steps'], ',.0f')} env steps in "
         f"{fmt(P['wall_s'], '.0f')} s, waited {fmt(P['purm_waited_s'], '.1f')} s) vs {pm(*Sm['final_success'])} "
@@ -283,13 +284,18 @@ def main(argv=None) -> dict:
         "the test is instead whether PURM reaches the target ≥ 6% sooner in wall time. PURM only ever delays "
         "updates in tclock's synchronous loop (it gates when the next iteration may start), so on its own it "
         f"cannot make a large batch learn faster than unpaced training; compare fixed_large "
-        f"({pm(*L['final_success'])}, wall to target {fmt(L['wall_median'], '.1f')} s)."))
+        f"({pm(*L['final_success'])}, wall to target {fmt(L['wall_median'], '.1f')} s).")
+
+
+def small_vs_large_claim(s: dict, per: dict, env0: str) -> dict:
+    """The large fixed batch against the small one (write-up section 1)."""
+    L, Sm = per["fixed_large"], per["fixed_small"]
     e_ratio = L["E_median"] / Sm["E_median"] if Sm["E_median"] else math.nan
     w_ratio = L["wall_median"] / Sm["wall_median"] if Sm["wall_median"] else math.nan
     slower_e, slower_w = e_ratio >= 1.1, w_ratio >= 1.1
     neither = not (math.isfinite(L["E_median"]) or math.isfinite(Sm["E_median"]))
     large_missed = math.isfinite(Sm["E_median"]) and not math.isfinite(L["E_median"])
-    claims.append(common.claim(
+    return common.claim(
         "small_vs_large", f"The large batch converges more slowly than the small one ({env0})",
         "yes (section 1: 128 → 512/1024 'converges slower', learns less)",
         f"env steps to target B = {s['small']}: {fmt(Sm['E_median'], ',.0f')}, B = {s['large']}: "
@@ -300,10 +306,11 @@ def main(argv=None) -> dict:
         f"reproduced needs the large batch to take ≥ 10% more env steps and ≥ 10% more wall time to the target "
         f"(measured ×{fmt(e_ratio, '.2f')} and ×{fmt(w_ratio, '.2f')}). B = {s['small']} makes "
         f"{s['large'] // s['small']}× more updates from the same env steps; this is the ordinary critical-batch "
-        "trade-off and needs no second clock to explain it."))
+        "trade-off and needs no second clock to explain it.")
 
-    # ---- figures
-    figures = []
+
+def success_figure(args, s: dict, curves: dict, env0: str):
+    """success_curves.png: success vs env steps and vs wall time, every variant."""
     fig, ax = common.figure(1, 2, (11, 4.2))
     for i, name in enumerate(VARIANTS):
         c = curves[env0][name]
@@ -319,8 +326,11 @@ def main(argv=None) -> dict:
         a.legend(fontsize=7)
     ax[0][0].set_title(f"success vs env steps ({env0})")
     ax[0][1].set_title("success vs wall time")
-    figures.append(common.save_figure(fig, args.out, "success_curves.png"))
+    return common.save_figure(fig, args.out, "success_curves.png")
 
+
+def drbs_figure(args, curves: dict, env0: str):
+    """drbs_and_skew.png: num_envs over training (DRBS) and the advantage skew (GAE vs HAE)."""
     fig, ax = common.figure(1, 2, (11, 4.0))
     for i, name in enumerate(VARIANTS):
         c = curves[env0][name]
@@ -341,8 +351,11 @@ def main(argv=None) -> dict:
     for a in ax[0]:
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
-    figures.append(common.save_figure(fig, args.out, "drbs_and_skew.png"))
+    return common.save_figure(fig, args.out, "drbs_and_skew.png")
 
+
+def notes_for(args, s: dict, per: dict, env0: str) -> list[str]:
+    """The notes under the tables."""
     notes = ["The write-up measured each mitigation on a different task (image-generation fine-tuning, trading, "
              "driving) with its own reward scale; here all run on one sparse control task, so only directions "
              "compare, not magnitudes.",
@@ -360,6 +373,20 @@ def main(argv=None) -> dict:
     if args.mode == "quick":
         notes.append(f"quick mode: only {env0}, {s['seeds']} seeds, {s['total_steps']:,} env steps per seed "
                      f"({s['total_steps'] // (s['large'] * s['cfg']['unroll_length'])} iterations at B = {s['large']}).")
+    return notes
+
+
+def main(argv=None) -> dict:
+    args = common.parse_args(NAME, __doc__.splitlines()[0], argv)
+    s = settings(args)
+    results, curves, purm_settings = train_all(args, s)
+    body = tables(s, results, purm_settings)
+    env0 = s["envs"][0]  # the claims and the figures: first env
+    per = results[env0]
+    claims = [*drbs_claims(s, per, env0), hae_claim(per, env0), purm_claim(s, per, env0),
+              small_vs_large_claim(s, per, env0)]
+    figures = [success_figure(args, s, curves, env0), drbs_figure(args, curves, env0)]
+    notes = notes_for(args, s, per, env0)
     data = {"results": results, "curves": curves, "purm": purm_settings}
     return common.write_outputs(args, "Mitigations: DRBS, HAE, PURM vs fixed batches (write-up 4)", "\n".join(body),
                                 data, claims, figures, notes, s)

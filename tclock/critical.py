@@ -1,6 +1,6 @@
 """Critical batch size from a sweep: fits, bootstrap CI, wall-clock optimum.  NumPy only.
 
-Units (DESIGN.md section 2):
+Units (docs/design.md §2):
 
 * ``B``  = ``num_envs`` (rollout batch size, in **envs**).
 * ``T``  = ``unroll_length`` (steps each env takes per rollout).
@@ -16,6 +16,9 @@ The steps-to-target model (McCandlish et al. 2018) is ``S(B) = S_min + c / B`` w
 
 ``b_simple`` from :mod:`tclock.diagnostics` is in transitions; convert it with
 :func:`b_simple_to_envs` before comparing it with ``B_crit``.
+
+:func:`steps_to_target` is tclock's one rule for when a learning curve reached its target (the
+sweep analysis, the experiments and the benchmarks call it).
 """
 from __future__ import annotations
 
@@ -26,20 +29,11 @@ import warnings
 
 import numpy as np
 
-__all__ = [
-    "CriticalFit",
-    "BootstrapResult",
-    "LinearTimeFit",
-    "TargetHit",
-    "fit_steps_to_target",
-    "bootstrap_b_crit",
-    "fit_linear_time",
-    "wallclock_optimum",
-    "gdc_cliff",
-    "b_simple_to_envs",
-    "rt_ut_crossings",
-    "steps_to_target",
-]
+from tclock import thresholds
+
+__all__ = ["CriticalFit", "BootstrapResult", "LinearTimeFit", "TargetHit", "fit_steps_to_target",
+           "bootstrap_b_crit", "fit_linear_time", "wallclock_optimum", "gdc_cliff", "b_simple_to_envs",
+           "rt_ut_crossings", "steps_to_target"]
 
 
 def _float_array(x, name: str) -> np.ndarray:
@@ -199,19 +193,8 @@ def fit_steps_to_target(
     else:
         b_crit = c / s_min
         note = ""
-    return CriticalFit(
-        s_min=s_min,
-        c=c,
-        e_min=c * t,
-        b_crit=b_crit,
-        b_crit_transitions=b_crit * t,
-        r2=r2,
-        n_points=int(b.size),
-        n_dropped=n_dropped,
-        unroll_length=t,
-        weighting=weighting,
-        note=note,
-    )
+    return CriticalFit(s_min=s_min, c=c, e_min=c * t, b_crit=b_crit, b_crit_transitions=b_crit * t, r2=r2,
+                       n_points=int(b.size), n_dropped=n_dropped, unroll_length=t, weighting=weighting, note=note)
 
 
 class BootstrapResult(NamedTuple):
@@ -358,7 +341,7 @@ def _py(x):
     return x.item() if hasattr(x, "item") else x
 
 
-def gdc_cliff(batch_sizes, gdc_values, threshold: float = 0.6):
+def gdc_cliff(batch_sizes, gdc_values, threshold: float = thresholds.GDC_LOW):
     """First batch size (ascending) whose GDC is below ``threshold``, or None.
 
     NaN GDC values are skipped.  The batch size is returned as given (same unit, Python scalar).
@@ -381,7 +364,7 @@ def b_simple_to_envs(b_simple_transitions, unroll_length):
     return float(out) if out.ndim == 0 else out
 
 
-def rt_ut_crossings(batch_sizes, ratios, levels=(0.7, 1.0)) -> dict:
+def rt_ut_crossings(batch_sizes, ratios, levels=thresholds.RT_UT_CROSSINGS) -> dict:
     """For each level, the first batch size (ascending) where ``rt_ut_ratio >= level``.
 
     Returns ``{level: batch_size or None}`` (None: the ratio never reaches that level in the
@@ -407,21 +390,53 @@ class TargetHit(NamedTuple):
     index: Optional[int]
 
 
-def steps_to_target(env_steps, values, target: float) -> TargetHit:
-    """First point of one seed's learning curve with ``value >= target``.
+def steps_to_target(env_steps, values, target: float, smooth_steps: float = 0.0) -> TargetHit:
+    """First point of one seed's learning curve whose trailing mean reaches ``target`` (``>=``).
 
-    ``env_steps`` (x axis, env steps) and ``values`` (e.g. eval return or success rate) are
-    same-length 1-D sequences in logging order.  The first crossing counts (no smoothing and no
-    requirement to stay above; smooth the curve first if that matters).  NaN values never count
-    as reaching.  Returns ``TargetHit(env_steps=NaN, index=None)`` when the target is never
-    reached.  Divide by ``B*T`` to get iterations ``S`` for :func:`fit_steps_to_target`.
+    ``env_steps`` (cumulative env steps per seed) and ``values`` (e.g. success rate or eval
+    return; NaN = not logged) are same-length 1-D sequences in logging order; point ``i`` stands
+    for the ``env_steps[i] - env_steps[i-1]`` env steps logged since the one before (point 0 for
+    ``env_steps[0]``).  The window ending at point ``i`` is the fewest trailing points holding at
+    least ``smooth_steps`` env steps (one point when ``smooth_steps=0``); it must be full, so
+    points with ``env_steps[i] < smooth_steps`` never count.  NaN values inside a window are
+    skipped; a window without a finite value does not count.  With a fixed ``B*T`` env steps per
+    point the window is ``k = max(1, ceil(smooth_steps / (B*T)))`` points; under DRBS it follows
+    the changing batch.
+
+    ``smooth_steps=0`` gives the raw first crossing (no requirement to stay above; NaN never
+    reaches).  Smoothing makes the detection late, never early, for a curve that stays at or
+    above the target once there: by up to ``k-1`` points, ``(k-1)/2`` on a locally linear curve.
+    Returns ``TargetHit(env_steps=NaN, index=None)`` when never reached.  Divide ``env_steps`` by
+    ``B*T`` for iterations ``S`` (:func:`fit_steps_to_target`).  Raises ValueError on mismatched
+    lengths, a negative or non-finite ``smooth_steps``, or (when smoothing) non-finite, negative
+    or decreasing ``env_steps``.
     """
     x = _float_array(env_steps, "env_steps").reshape(-1)
     v = _float_array(values, "values").reshape(-1)
     if x.shape != v.shape:
         raise ValueError(f"env_steps and values differ in length ({x.size} vs {v.size})")
+    if not (isinstance(smooth_steps, (int, float)) and math.isfinite(smooth_steps) and smooth_steps >= 0):
+        raise ValueError(f"smooth_steps must be a finite number >= 0 (env steps), got {smooth_steps!r}")
     with np.errstate(invalid="ignore"):
-        reached = np.flatnonzero(v >= target)
+        single = v >= target  # one-point windows: the value itself
+    if smooth_steps > 0 and x.size:
+        if not np.all(np.isfinite(x)) or x[0] < 0 or np.any(np.diff(x) < 0):
+            raise ValueError("env_steps must be finite, >= 0 and non-decreasing to smooth over env steps")
+        before = np.concatenate([[0.0], x[:-1]])  # env steps logged before each point
+        # the window ending at i starts at the last point j with x[i] - before[j] >= smooth_steps
+        start = np.searchsorted(before, x - smooth_steps, side="right") - 1
+        finite = np.isfinite(v)
+        csum = np.concatenate([[0.0], np.cumsum(np.where(finite, v, 0.0))])
+        ccnt = np.concatenate([[0], np.cumsum(finite)])
+        lo = np.maximum(start, 0)
+        hi = np.arange(1, x.size + 1)
+        wsum, wcnt = csum[hi] - csum[lo], ccnt[hi] - ccnt[lo]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(wcnt > 0, wsum / np.maximum(wcnt, 1), np.nan)
+            reached_at = np.where(start == hi - 1, single, mean >= target) & (start >= 0)
+    else:
+        reached_at = single
+    reached = np.flatnonzero(reached_at)
     if reached.size == 0:
         return TargetHit(float("nan"), None)
     i = int(reached[0])

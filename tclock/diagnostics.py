@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 __all__ = [
     "activation_rate",
-    "success_episode_rate",
+    "finished_episode_success",
     "advantage_stats",
     "flatten_stacked",
     "gdc",
@@ -54,8 +54,11 @@ def activation_rate(rewards):
     return jnp.mean((rewards > 0).astype(jnp.result_type(float)))
 
 
-def success_episode_rate(success_flags, dones):
+def finished_episode_success(success_flags, dones):
     """Share of episodes that finished in this batch and succeeded, and how many finished.
+
+    The rollout's logged ``success_rate`` is this rate, carried over from the previous rollout
+    when no episode finished; the logged ``success_episode_rate`` is this rate, null then.
 
     Args:
       success_flags: ``[T, B]`` ``episode_success``: 1.0 at a step where the episode that ends

@@ -127,19 +127,10 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
             compiled, fresh_compile_s = cache.get(batch)
             if prev_learn_start is not None:
                 prev_learn_start += fresh_compile_s  # a compile is not part of the update interval
-            gdc_now = cfg.gdc_every > 0 and number % cfg.gdc_every == 0
-            lr = lr_clock.lr(env_steps, book.wall())
-            t0 = clock()
-            state, traj, roll_m = compiled.rollout(state)
-            jax.block_until_ready(traj)
-            rt = clock() - t0
-            learn_start = clock()
-            ut = None if prev_learn_start is None else learn_start - prev_learn_start
-            prev_learn_start = learn_start
-            state, upd_m = (compiled.update_gdc if gdc_now else compiled.update_plain)(state, traj, jnp.float32(lr))
-            jax.block_until_ready(state)
-            clocks = Clocks(rt, clock() - learn_start, ut)
-            roll_m, upd_m = jax.device_get((roll_m, upd_m))
+            update = compiled.update_gdc if cfg.gdc_every > 0 and number % cfg.gdc_every == 0 else compiled.update_plain
+            lr = jnp.float32(lr_clock.lr(env_steps, book.wall()))
+            state, roll_m, upd_m, clocks, prev_learn_start = timed_iteration(compiled.rollout, update, state, lr,
+                                                                             clock, prev_learn_start)
             env_steps += batch * cfg.unroll_length
             iteration = number
             extra = {}
@@ -157,6 +148,22 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
             if on_iteration is not None:
                 on_iteration(record)
         return book.finish(cache.compile_s, device or jax.devices()[0])
+
+
+def timed_iteration(rollout, update, state, lr, clock, prev_learn_start: float | None):
+    """One rollout then one learning phase, each blocked on, timed on ``clock``: returns
+    ``(state, rollout metrics, update metrics, Clocks, this learning phase's start)``."""
+    t0 = clock()
+    state, traj, roll_m = rollout(state)
+    jax.block_until_ready(traj)
+    rt = clock() - t0
+    learn_start = clock()
+    state, upd_m = update(state, traj, lr)
+    jax.block_until_ready(state)
+    ut = None if prev_learn_start is None else learn_start - prev_learn_start
+    clocks = Clocks(rt, clock() - learn_start, ut)
+    roll_m, upd_m = jax.device_get((roll_m, upd_m))
+    return state, roll_m, upd_m, clocks, learn_start
 
 
 def _report(progress, record: dict, clocks: Clocks, batch: int, cfg: TrainConfig, by_wall: bool) -> None:

@@ -34,7 +34,7 @@ import jax
 import yaml
 
 from tclock import runlog
-from tclock.config import ConfigError, TrainConfig, validate
+from tclock.config import SWEEP_MAY_CHANGE, ConfigError, TrainConfig, config_differences, validate
 
 DEFAULT_BATCH_SIZES = (32, 64, 128, 256, 512, 1024)
 
@@ -136,11 +136,8 @@ class _SweepProgress:
 
 def _check_same_config(cfg: TrainConfig) -> None:
     """A finished run is reused only if it was trained with exactly this config."""
-    saved = runlog.read_config(cfg.out)
-    now = cfg.to_dict()
-    diff = [k for k in now if k not in ("out", "progress") and saved.get(k) != now[k]]
-    if diff:
-        details = "; ".join(f"{k}: saved {saved.get(k)!r}, now {now[k]!r}" for k in diff[:5])
+    details = config_differences(runlog.read_config(cfg.out), cfg, may_differ=SWEEP_MAY_CHANGE, limit=5)
+    if details:
         raise ConfigError(f"out: {cfg.out} holds a finished run with a different config ({details}); "
                           "use another --out for this sweep or delete that run directory")
 

@@ -219,3 +219,30 @@ def test_steps_to_target():
     assert crit.steps_to_target(x, v_nan, 0.5) == (6000.0, 5)
     with pytest.raises(ValueError):
         crit.steps_to_target(x[:3], v, 0.5)
+
+
+def test_steps_to_target_smoothed():
+    x = np.arange(1, 61) * 256.0  # B*T = 256 env steps per point
+    step = np.where(np.arange(1, 61) >= 10, 1.0, 0.0)  # 0 -> 1 at point 10 (index 9)
+    assert crit.steps_to_target(x, step, 0.5, smooth_steps=0) == (2560.0, 9)
+    assert crit.steps_to_target(x, step, 0.5, smooth_steps=256) == (2560.0, 9)  # k = 1: raw
+    assert crit.steps_to_target(x, step, 0.5, smooth_steps=1024).index == 10  # k = 4: 2 of 4 at 1
+    assert crit.steps_to_target(x, step, 0.5, smooth_steps=1025).index == 11  # k = 5, ceil
+    assert crit.steps_to_target(x, np.ones(60), 0.5, smooth_steps=1024).index == 3  # the window must be full
+    assert crit.steps_to_target(x, step, 0.5, smooth_steps=16384).index is None  # k = 64 > 60 points
+    spike = step.copy()
+    spike[2] = 1.0
+    assert crit.steps_to_target(x, spike, 0.5).index == 2
+    assert crit.steps_to_target(x, spike, 0.5, smooth_steps=1024).index == 10
+    gaps = step.copy()
+    gaps[10:12] = np.nan  # skipped inside a window
+    assert crit.steps_to_target(x, gaps, 0.5, smooth_steps=1024).index == 11  # [0, 1, nan, nan]: 1/2
+    # a changing batch (DRBS): the window holds the fewest trailing points with >= smooth_steps env steps
+    xv = np.cumsum([512, 512, 512, 128, 128, 128, 128, 128])
+    vv = np.array([0, 0, 0, 1, 1, 1, 0, 1], dtype=float)
+    assert crit.steps_to_target(xv, vv, 0.5, smooth_steps=512).index == 3  # points 2-3 (512 + 128 steps)
+    assert crit.steps_to_target(xv, vv, 0.5, smooth_steps=1024).index == 4  # points 1-4 (512 + 512 + 2 x 128)
+    with pytest.raises(ValueError):
+        crit.steps_to_target(x[::-1], step, 0.5, smooth_steps=1024)
+    with pytest.raises(ValueError):
+        crit.steps_to_target(x, step, 0.5, smooth_steps=-1)

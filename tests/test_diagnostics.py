@@ -85,33 +85,33 @@ def success_ref(success, dones):
     return (s / n if n else 0.0), n
 
 
-def test_success_episode_rate_random_matches_loop():
+def test_finished_episode_success_random_matches_loop():
     rng = np.random.default_rng(1)
     dones = (rng.uniform(size=(50, 6)) < 0.1).astype(np.float32)
     success = (rng.uniform(size=(50, 6)) < 0.4).astype(np.float32)
-    rate, count = diag.success_episode_rate(jnp.asarray(success), jnp.asarray(dones))
+    rate, count = diag.finished_episode_success(jnp.asarray(success), jnp.asarray(dones))
     ref_rate, ref_n = success_ref(success, dones)
     assert ref_n > 0
     assert float(count) == ref_n
     assert float(rate) == pytest.approx(ref_rate, abs=1e-6)
 
 
-def test_success_episode_rate_edge_cases():
+def test_finished_episode_success_edge_cases():
     T, B = 4, 3
     # no dones: rate is 0 (documented), count 0, no NaN
-    rate, count = diag.success_episode_rate(jnp.ones((T, B)), jnp.zeros((T, B)))
+    rate, count = diag.finished_episode_success(jnp.ones((T, B)), jnp.zeros((T, B)))
     assert float(count) == 0.0 and float(rate) == 0.0
     # all dones, half succeed
     succ = jnp.asarray(np.tile([1.0, 0.0, 1.0], (T, 1)))
-    rate, count = diag.success_episode_rate(succ, jnp.ones((T, B), dtype=bool))
+    rate, count = diag.finished_episode_success(succ, jnp.ones((T, B), dtype=bool))
     assert float(count) == T * B
     assert float(rate) == pytest.approx(2 / 3)
     # success flags at steps that are not episode ends are ignored
     succ = jnp.zeros((T, B)).at[1, 0].set(1.0)
     dones = jnp.zeros((T, B)).at[3, 0].set(1.0)
-    rate, count = diag.success_episode_rate(succ, dones)
+    rate, count = diag.finished_episode_success(succ, dones)
     assert float(count) == 1.0 and float(rate) == 0.0
-    rate, count = jax.jit(diag.success_episode_rate)(succ.at[3, 0].set(1.0), dones)
+    rate, count = jax.jit(diag.finished_episode_success)(succ.at[3, 0].set(1.0), dones)
     assert float(count) == 1.0 and float(rate) == 1.0
 
 

@@ -18,7 +18,9 @@ import pytest
 
 from tclock import critical, runlog, sweep_report
 from tclock.runlog import RunFormatError, RunWriter
-from tclock.sweep_report import format_summary, smoothing_window, summarize_sweep
+from tclock.sweep_analysis import smoothing_window
+from tclock.sweep_report import format_summary, summarize_sweep
+from tclock.textfmt import fmt
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 T = 8
@@ -103,7 +105,7 @@ def test_recovers_b_crit_and_ci(tmp_path):
     assert lo <= B_CRIT <= hi and lo <= s["b_crit"] <= hi
     assert fit["bootstrap_success_fraction"] > 0.9
     assert s["r2"] > 0.95
-    assert f"B_crit ≈ {sweep_report._fmt(s['b_crit'])} envs" in s["headline"]
+    assert f"B_crit ≈ {fmt(s['b_crit'])} envs" in s["headline"]
     assert "90% CI" in s["headline"]
 
 

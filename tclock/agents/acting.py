@@ -79,8 +79,8 @@ def episode_metrics(state, traj: Trajectory):
     episodes = dones.sum(axis=(0, 2))
     finished = episodes > 0
     ep_return = jnp.where(finished, traj.done_return.sum(axis=(0, 2)) / jnp.maximum(episodes, 1), state.last_return)
-    success_rate = jnp.where(finished, traj.done_success.sum(axis=(0, 2)) / jnp.maximum(episodes, 1),
-                             state.last_success)
+    rate, _ = jax.vmap(diagnostics.finished_episode_success, in_axes=1)(traj.done_success, dones)
+    success_rate = jnp.where(finished, rate, state.last_success)
     state = state.replace(last_return=ep_return, last_success=success_rate)
     metrics = {
         "episode_return": ep_return,

@@ -1,0 +1,266 @@
+"""The PNGs of a sweep summary (the dict of :func:`tclock.sweep_analysis.summarize`), built on
+:mod:`tclock.figures`; matplotlib is imported lazily.  Units as in :mod:`tclock.sweep_analysis`
+(docs/design.md §2).
+
+:data:`FIGURES`, each skipped (not written, not listed) when its data are absent:
+
+* ``sweep_return_vs_steps.png`` / ``sweep_return_vs_wall.png``: learning curves per B (seed mean)
+  against env steps per seed and against wall seconds, with the target line.
+* ``sweep_steps_to_target.png``: S (iterations) and E (env steps per seed) per seed and their
+  median per B, the fit ``S = S_min + c/B``, ``B_crit`` and its CI.
+* ``sweep_gdc_bsimple.png``: mean GDC per B with the fresh and cliff lines, and ``b_simple``
+  in envs against ``B_crit``.
+* ``sweep_rt_ut.png``: mean RT/UT per B with the risk and stall lines, and seconds per
+  iteration with the fit ``t(B) = a + k*B``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from tclock import runlog, thresholds
+from tclock.figures import figure, note, save
+from tclock.runlog import RunFormatError, nanmean_rows, seed_matrix
+from tclock.sweep_analysis import as_float
+from tclock.textfmt import fmt
+
+__all__ = ["FIGURES", "write_figures"]
+
+
+def _load_curves(sweep_dir: Path, rows: list[dict]) -> dict[str, list[dict]]:
+    out = {}
+    for r in rows:
+        try:
+            out[r["run"]] = runlog.read_metrics(sweep_dir / r["run"], missing_ok=True)
+        except RunFormatError:
+            out[r["run"]] = []
+    return out
+
+
+def _colors(rows: list[dict]) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    if len(rows) <= 1:
+        return [cmap(0.0)] * len(rows)
+    logs = np.log2([r["num_envs"] for r in rows])
+    span = logs.max() - logs.min() or 1.0
+    return [cmap(0.9 * (v - logs.min()) / span) for v in logs]
+
+
+def _curve_figure(summary, records, path: Path, xkey: str) -> Path | None:
+    rows = summary["runs"]
+    metric = summary["metric"]
+    keys = []
+    for key in ("episode_return", metric):
+        if key not in keys and any(np.isfinite(seed_matrix(records.get(r["run"], []), key)[1]).any() for r in rows):
+            keys.append(key)
+    if not keys:
+        return None
+    fig, axes = figure(1, len(keys), (6.5 * len(keys), 4.8))
+    colors = _colors(rows)
+    xlabel = {"env_steps": "env steps (per seed)", "wall_s": "wall time (s, compilation excluded)"}[xkey]
+    for ax, key in zip(axes[0], keys):
+        drawn = False
+        for r, color in zip(rows, colors):
+            recs = records.get(r["run"], [])
+            _, m = seed_matrix(recs, key, keep_missing=True)
+            if not m.shape[1]:
+                continue
+            y = nanmean_rows(m)
+            _, xm = seed_matrix(recs, xkey, keep_missing=True)
+            x = nanmean_rows(xm) if xm.shape[1] else np.full(len(recs), np.nan)
+            if xkey == "env_steps" and not np.isfinite(x).any():
+                its, _ = seed_matrix(recs, "iteration", keep_missing=True)
+                x = its.astype(float) * r["num_envs"] * r["unroll_length"]
+            ok = np.isfinite(x) & np.isfinite(y)
+            if ok.any():
+                ax.plot(x[ok], y[ok], color=color, lw=1.6, label=f"B={r['num_envs']}")
+                drawn = True
+        if not drawn:
+            note(ax, f"{key} vs {xkey} not logged")
+            continue
+        if key == metric and summary["target"] is not None:
+            ax.axhline(summary["target"], color="tab:red", ls="--", lw=1, label=f"target {fmt(summary['target'])}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{key} (mean over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    fig.suptitle(f"learning curves by batch size B (envs) — {Path(summary['sweep_dir']).name}")
+    return save(fig, path)
+
+
+def _plot_return_steps(summary, records, path):
+    return _curve_figure(summary, records, path, "env_steps")
+
+
+def _plot_return_wall(summary, records, path):
+    return _curve_figure(summary, records, path, "wall_s")
+
+
+def _plot_steps_to_target(summary, records, path) -> Path | None:
+    rows = summary["runs"]
+    if not any(r["n_reached"] for r in rows):
+        return None
+    fit = summary["fit"]
+    T = summary["unroll_length"]
+    fig, axes = figure(1, 2, (13, 5))
+    B = np.array([r["num_envs"] for r in rows], dtype=float)
+    for ax, key, unit, scale in ((axes[0, 0], "steps_to_target", "iterations", 1.0),
+                                 (axes[0, 1], "env_steps_to_target", "env steps per seed", None)):
+        for b, r in zip(B, rows):
+            ps = np.array(r[key]["per_seed"], dtype=float)
+            ok = np.isfinite(ps)
+            ax.scatter(np.full(ok.sum(), b), ps[ok], color="0.45", s=14, alpha=0.7,
+                       label="seeds" if b == B[0] else None)
+        med = np.array([r[key]["median"] for r in rows], dtype=float)
+        lo = np.array([r[key]["min"] for r in rows], dtype=float)
+        hi = np.array([r[key]["max"] for r in rows], dtype=float)
+        ok = np.isfinite(med)
+        ax.errorbar(B[ok], med[ok], yerr=[med[ok] - np.fmin(lo[ok], med[ok]), np.fmax(hi[ok], med[ok]) - med[ok]],
+                    fmt="o", color="black", ms=6, capsize=3, label="median (bars: seed min–max)")
+        if fit is not None:
+            grid = np.geomspace(B.min() / 1.5, B.max() * 1.5, 200)
+            s_fit = fit["s_min"] + fit["c"] / grid
+            y = s_fit if scale == 1.0 else s_fit * grid * T
+            ax.plot(grid, y, color="tab:blue", lw=1.8,
+                    label="fit S = S_min + c/B" if scale == 1.0 else "fit E = S_min·B·T + E_min")
+            bc = as_float(fit["b_crit"])
+            if np.isfinite(bc):
+                ax.axvline(bc, color="tab:red", ls="--", lw=1.2, label=f"B_crit ≈ {fmt(bc)} envs")
+                if np.isfinite(as_float(fit["ci_low"])):
+                    ax.axvspan(fit["ci_low"], fit["ci_high"], color="tab:red", alpha=0.1,
+                               label=f"{fit['ci_level']:.0%} CI")
+        for b, r in zip(B, rows):
+            if not np.isfinite(r[key]["median"]):
+                ax.annotate("not reached", (b, 1.0), xycoords=("data", "axes fraction"), ha="center", va="top",
+                            fontsize=8, color="tab:red", rotation=90)
+        ax.set_xscale("log", base=2)
+        if scale is None:
+            ax.set_yscale("log")
+        ax.set_xlabel("rollout batch size B (envs)")
+        ax.set_ylabel(f"to target ({unit})")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(loc="best", fontsize=8)
+    why = summary["fit_note"] if fit is None else ""
+    fig.suptitle(f"steps to {summary['metric']} target — {Path(summary['sweep_dir']).name}"
+                 + (f"\n{why}" if why else ""), fontsize=10 if why else None)
+    return save(fig, path)
+
+
+def _plot_gdc_bsimple(summary, records, path) -> Path | None:
+    rows = summary["runs"]
+    B = np.array([r["num_envs"] for r in rows], dtype=float)
+    gdc = np.array([r["gdc_mean"] for r in rows], dtype=float)
+    bse = np.array([r["b_simple_envs"] for r in rows], dtype=float)
+    if not (np.isfinite(gdc).any() or np.isfinite(bse).any()):
+        return None
+    fig, axes = figure(2, 1, (10, 7.5))
+    bc = as_float(summary["b_crit"])
+    ax = axes[0, 0]
+    if np.isfinite(gdc).any():
+        ok = np.isfinite(gdc)
+        ax.plot(B[ok], gdc[ok], "o-", color="black", lw=1.6, label="GDC (mean over diagnostic iterations, seeds)")
+        fresh, low = thresholds.GDC_FRESH, thresholds.GDC_LOW
+        ax.axhline(fresh, color="tab:green", ls="--", lw=1, label=f"{fresh} (fresh)")
+        ax.axhline(low, color="tab:red", ls="--", lw=1, label=f"{low} (two clocks dominate)")
+        if summary["gdc_cliff"] is not None:
+            ax.axvline(summary["gdc_cliff"], color="tab:red", lw=0.8, alpha=0.6)
+        if np.isfinite(bc):
+            ax.axvline(bc, color="tab:blue", ls=":", lw=1.4, label=f"B_crit ≈ {fmt(bc)} envs")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("rollout batch size B (envs)")
+        ax.set_ylabel("mean pairwise cosine")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    else:
+        note(ax, "gdc not logged")
+    ax = axes[1, 0]
+    if np.isfinite(bse).any():
+        ok = np.isfinite(bse)
+        ax.plot(B[ok], bse[ok], "s-", color="tab:brown", lw=1.6, label="b_simple (envs = transitions / T)")
+        if np.isfinite(bc):
+            ax.axhline(bc, color="tab:blue", ls=":", lw=1.4, label=f"B_crit ≈ {fmt(bc)} envs")
+            ci = summary["b_crit_ci"]
+            if ci is not None:
+                ax.axhspan(ci[0], ci[1], color="tab:blue", alpha=0.1, label="B_crit CI")
+        ax.set_xscale("log", base=2)
+        if (bse[ok] > 0).all():
+            ax.set_yscale("log")
+        ax.set_xlabel("rollout batch size B (envs)")
+        ax.set_ylabel("gradient noise scale (envs)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(loc="best", fontsize=8)
+    else:
+        note(ax, "b_simple not logged")
+    fig.suptitle(f"gradient diagnostics vs batch size — {Path(summary['sweep_dir']).name}")
+    return save(fig, path)
+
+
+def _plot_rt_ut(summary, records, path) -> Path | None:
+    rows = summary["runs"]
+    B = np.array([r["num_envs"] for r in rows], dtype=float)
+    ratio = np.array([r["rt_ut_ratio_mean"] for r in rows], dtype=float)
+    it_s = np.array([r["iteration_s_mean"] for r in rows], dtype=float)
+    rt_s = np.array([r["rt_s_mean"] for r in rows], dtype=float)
+    if not (np.isfinite(ratio).any() or np.isfinite(it_s).any() or np.isfinite(rt_s).any()):
+        return None
+    fig, axes = figure(1, 2, (13, 4.8))
+    ax = axes[0, 0]
+    if np.isfinite(ratio).any():
+        ok = np.isfinite(ratio)
+        ax.plot(B[ok], ratio[ok], "o-", color="black", lw=1.6, label="mean RT/UT")
+        for level, color, what in ((thresholds.RT_HIGH, "tab:orange", "risk"),
+                                  (thresholds.RT_STALL, "tab:red", "stalled")):
+            ax.axhline(level, color=color, ls="--", lw=1, label=f"{level} ({what})")
+        ax.set_ylim(0.0, max(1.1, float(np.nanmax(ratio[ok])) * 1.1))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("rollout batch size B (envs)")
+        ax.set_ylabel("RT / UT")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    else:
+        note(ax, "rt_ut_ratio not logged")
+    ax = axes[0, 1]
+    if np.isfinite(it_s).any() or np.isfinite(rt_s).any():
+        for y, style, label in ((it_s, "o-", "iteration (RT + learn)"), (rt_s, "s--", "rollout RT")):
+            ok = np.isfinite(y)
+            if ok.any():
+                ax.plot(B[ok], y[ok], style, lw=1.4, label=label)
+        tf = summary["time_fit"]
+        if tf is not None:
+            grid = np.linspace(0, B.max() * 1.05, 100)
+            ax.plot(grid, tf["a"] + tf["k"] * grid, color="tab:red", lw=1,
+                    label=f"fit t = {fmt(tf['a'])} s + {tf['k']:.3g} s/env · B")
+        ax.set_xlabel("rollout batch size B (envs)")
+        ax.set_ylabel("seconds per iteration (mean)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    else:
+        note(ax, "rt_s / learn_s not logged")
+    fig.suptitle(f"clocks vs batch size — {Path(summary['sweep_dir']).name}")
+    return save(fig, path)
+
+
+_PLOTTERS = {
+    "sweep_return_vs_steps.png": _plot_return_steps,
+    "sweep_return_vs_wall.png": _plot_return_wall,
+    "sweep_steps_to_target.png": _plot_steps_to_target,
+    "sweep_gdc_bsimple.png": _plot_gdc_bsimple,
+    "sweep_rt_ut.png": _plot_rt_ut,
+}
+FIGURES = tuple(_PLOTTERS)  # the file names, in the order they are written
+
+
+def write_figures(summary: dict, out_dir: str | os.PathLike) -> list[Path]:
+    """Writes the figures whose data are present into ``out_dir``; returns their paths, in FIGURES order."""
+    out = Path(out_dir)
+    records = _load_curves(Path(summary["sweep_dir"]), summary["runs"])
+    written = []
+    for name, plot in _PLOTTERS.items():
+        path = plot(summary, records, out / name)
+        if path is not None:
+            written.append(path)
+    return written

@@ -1,0 +1,199 @@
+"""Text of a sweep summary (the dict of :func:`tclock.sweep_analysis.summarize`): the per-B
+table for the terminal (:func:`format_summary`) and for ``report.md`` (:func:`markdown_report`),
+and the one-line :func:`headline`.  Both tables are built from :data:`COLUMNS`, each column
+defined once by name; numbers go through :func:`tclock.textfmt.fmt`.  No analysis, no figures.
+
+Units as in :mod:`tclock.sweep_analysis` (docs/design.md §2): B in envs, S in iterations, E in
+env steps per seed, wall in seconds; b_simple in envs = transitions / T.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+from tclock.sweep_analysis import as_float
+from tclock.textfmt import fmt
+
+__all__ = ["Column", "COLUMNS", "table", "format_summary", "markdown_report", "fit_lines", "headline"]
+
+
+class Column(NamedTuple):
+    """One column of the per-B table: ``header`` in report.md, ``short`` on the terminal (None:
+    report.md only); ``{metric}`` in either is the sweep's metric.  ``cell`` renders a run row."""
+
+    name: str
+    header: str
+    short: str | None
+    cell: Callable[[dict], str]
+
+
+def _range(st: dict) -> str:
+    if not math.isfinite(as_float(st["min"])):
+        return "—"
+    return f"{fmt(st['min'])}–{fmt(st['max'])}"
+
+
+def _batch(r: dict) -> str:
+    return f"{r['num_envs']}" + ("" if r["complete"] else f" ({r['state']})")
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("num_envs", "B (envs)", "B envs", _batch),
+    Column("smooth_k", "k (iters)", "k", lambda r: str(r["smooth_k"])),
+    Column("reached", "seeds reached", "reached", lambda r: f"{r['n_reached']}/{r['seeds']}"),
+    Column("steps", "S median (iterations)", "S iters", lambda r: fmt(r["steps_to_target"]["median"])),
+    Column("steps_range", "S min–max (iterations)", "S min-max", lambda r: _range(r["steps_to_target"])),
+    Column("env_steps", "E median (env steps/seed)", "E env steps",
+           lambda r: fmt(r["env_steps_to_target"]["median"])),
+    Column("wall", "wall median (s)", "wall s", lambda r: fmt(r["wall_to_target"]["median"])),
+    Column("final_metric", "final {metric}", "final {metric}", lambda r: fmt(r["final_metric"])),
+    Column("final_return", "final return", None, lambda r: fmt(r["final_episode_return"])),
+    Column("gdc", "GDC (mean)", "GDC", lambda r: fmt(r["gdc_mean"])),
+    Column("b_simple_envs", "b_simple (envs)", "b_simple envs", lambda r: fmt(r["b_simple_envs"])),
+    Column("b_simple_transitions", "b_simple (transitions)", None, lambda r: fmt(r["b_simple_transitions"])),
+    Column("rt_ut", "RT/UT (mean)", "RT/UT", lambda r: fmt(r["rt_ut_ratio_mean"])),
+    Column("iteration_s", "iteration (s)", "iter s", lambda r: fmt(r["iteration_s_mean"])),
+    Column("rt_s", "RT (s)", None, lambda r: fmt(r["rt_s_mean"])),
+)
+
+
+def table(summary: dict, terminal: bool = False) -> tuple[list[str], list[list[str]]]:
+    """``(headers, rows)`` of the per-B table: every column, or with ``terminal`` those with a
+    short header."""
+    cols = [c for c in COLUMNS if c.short is not None] if terminal else list(COLUMNS)
+    title = [(c.short if terminal else c.header).replace("{metric}", summary["metric"]) for c in cols]
+    return title, [[c.cell(r) for c in cols] for r in summary["runs"]]
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def _fit_description(fit: dict, T) -> list[str]:
+    lines = [f"S(B) = S_min + c/B fitted to the per-B median S over B = {fit['batch_sizes_used']} "
+             f"(weighting: {fit['weighting']}; {fit['n_dropped']} B dropped as not reached):", "",
+             f"- S_min = {fmt(fit['s_min'])} iterations; c = E_min/T = {fmt(fit['c'])} iterations·envs; "
+             f"E_min = {fmt(fit['e_min'])} env steps per seed (T = {T})",
+             f"- **B_crit = {fmt(fit['b_crit'])} envs** = {fmt(fit['b_crit_transitions'])} transitions "
+             f"per rollout; {fit['ci_level']:.0%} bootstrap CI {fmt(fit['ci_low'])}–{fmt(fit['ci_high'])} "
+             f"envs ({fit['n_boot']} resamples of seeds per B, "
+             f"{fit['bootstrap_success_fraction']:.0%} gave a finite B_crit); R² = {fmt(fit['r2'])}"]
+    if fit["note"]:
+        lines.append(f"- {fit['note']}")
+    return lines
+
+
+def fit_lines(summary: dict) -> list[str]:
+    """The "Critical batch size" section (markdown bullets): the fit, GDC cliff, b_simple, B*."""
+    fit = summary["fit"]
+    lines = [f"No fit: {summary['fit_note']}."] if fit is None else _fit_description(fit, summary["unroll_length"])
+    lines.append(f"- GDC cliff (first B with mean GDC < {summary['gdc_threshold']}): "
+                 f"{summary['gdc_cliff'] if summary['gdc_cliff'] is not None else 'none in the sweep'}")
+    lines.append(f"- online b_simple (median over B): {fmt(summary['b_simple_envs'])} envs = "
+                 f"{fmt(summary['b_simple_transitions'])} transitions")
+    tf = summary["time_fit"]
+    if tf is None:
+        lines.append("- iteration time: fewer than 2 batch sizes timed, no t(B) fit")
+    else:
+        lines.append(f"- iteration time t(B) = a + k·B: a = {fmt(tf['a'])} s, k = {tf['k']:.3g} s/env, "
+                     f"R² = {fmt(tf['r2'])}; wall-clock optimum B* = sqrt(B_crit·a/k) = {fmt(summary['b_star'])} envs")
+    best = summary["b_best_measured"]
+    lines.append(f"- measured best B (lowest median wall seconds to target): "
+                 f"{best if best is not None else 'none reached'}"
+                 + (f" ({fmt(summary['best_wall_s'])} s)" if best is not None else ""))
+    return lines
+
+
+def _b_crit_phrase(s: dict) -> str:
+    rows, fit = s["runs"], s["fit"]
+    if fit is None:
+        n_reached = len(rows) - len(s["not_reached"])
+        return (f"target not reached at enough batch sizes to fit (median seed reached "
+                f"{s['metric']} target at {n_reached} of {len(rows)} batch sizes)")
+    if not math.isfinite(as_float(fit["b_crit"])):
+        if not fit["s_min"] > 0:
+            return (f"B_crit undefined: steps to target still fall like 1/B up to B={rows[-1]['num_envs']} "
+                    f"(B_crit above the sweep)")
+        return (f"B_crit undefined: larger batches did not reduce steps to target "
+                f"(B_crit at or below B={rows[0]['num_envs']})")
+    lo, hi = fit["ci_low"], fit["ci_high"]
+    ci_txt = f"{fit['ci_level']:.0%} CI {fmt(lo)}–{fmt(hi)}" if math.isfinite(as_float(lo)) else "CI n/a"
+    return f"critical batch size B_crit ≈ {fmt(fit['b_crit'])} envs ({ci_txt}), R² {fit['r2']:.2f}"
+
+
+def headline(s: dict) -> str:
+    """One line: B_crit with its CI, b_simple, the GDC cliff and B* next to the measured best B."""
+    rows = s["runs"]
+    if not rows:
+        return (f"no finished runs to summarise yet ({len(s['incomplete'])} incomplete); "
+                f"rerun with include_incomplete=True to use what they logged")
+    parts = [_b_crit_phrase(s)]
+    if math.isfinite(as_float(s["b_simple_envs"])):
+        parts.append(f"online b_simple ≈ {fmt(s['b_simple_envs'])} envs")
+    gdc_known = [r for r in rows if math.isfinite(as_float(r["gdc_mean"]))]
+    if s["gdc_cliff"] is not None:
+        parts.append(f"GDC falls below {s['gdc_threshold']} at B={s['gdc_cliff']}")
+    elif gdc_known:
+        parts.append(f"GDC stays ≥ {s['gdc_threshold']} up to B={gdc_known[-1]['num_envs']}")
+    best = s["b_best_measured"]
+    best_txt = f"measured best: {best}" if best is not None else "measured best: none reached"
+    if math.isfinite(as_float(s["b_star"])):
+        parts.append(f"wall-clock optimum B* ≈ {fmt(s['b_star'])} envs ({best_txt})")
+    else:
+        parts.append(f"wall-clock optimum B* n/a ({best_txt})")
+    return "; ".join(parts)
+
+
+def markdown_report(summary: dict) -> str:
+    """The text of ``report.md`` (figures: the names in ``summary["figures"]``)."""
+    target = summary["target"]
+    lines = [f"# Batch-size sweep: {Path(summary['sweep_dir']).name}", "", f"**{summary['headline']}**", "",
+             f"Target: `{summary['metric']}` ≥ {fmt(target) if target is not None else 'per run (see summary.json)'}; "
+             f"steps to target = first iteration where the trailing mean over k = max(1, ceil({summary['smooth_steps']:g} / "
+             f"(B·T))) iterations reaches it. This smooths over about the same env steps at every B; it is late by "
+             f"up to k−1 iterations (never early for curves that stay above the target), more at small B. "
+             f"Medians count a seed that never reached as infinitely late (finite only if more than half reached). "
+             f"Units: B in envs, S in iterations, E in env steps per seed, wall in seconds; b_simple in envs = "
+             f"transitions / T (T = {summary['unroll_length']}).", ""]
+    lines += ["## Per batch size", ""] + _md_table(*table(summary)) + [""]
+    if summary["not_reached"]:
+        lines += [f"Target not reached (median over seeds) at B = {summary['not_reached']}.", ""]
+    lines += ["## Critical batch size", ""] + fit_lines(summary) + [""]
+    if summary["incomplete"]:
+        lines += ["## Incomplete runs", ""]
+        for r in summary["incomplete"]:
+            lines.append(f"- {r['run']} (B={r['num_envs']}): {r['reason']}"
+                         + (" — included" if r["used"] else " — not used"))
+        lines.append("")
+    if summary["notes"]:
+        lines += ["## Notes", ""] + [f"- {n}" for n in summary["notes"]] + [""]
+    if summary["figures"]:
+        lines += ["## Figures", ""]
+        for name in summary["figures"]:
+            lines += [f"![{name[:-4]}]({name})", ""]
+    return "\n".join(lines)
+
+
+def format_summary(summary: dict) -> str:
+    """A plain-text table of the sweep and the headline, for the terminal."""
+    headers, rows = table(summary, terminal=True)
+    grid = [headers] + rows
+    widths = [max(len(str(t[c])) for t in grid) for c in range(len(headers))]
+    target = summary["target"]
+    lines = [f"sweep {summary['sweep_dir']}  (metric {summary['metric']}, target "
+             f"{fmt(target) if target is not None else 'per run'}, T={summary['unroll_length']})"]
+    for i, t in enumerate(grid):
+        lines.append("  ".join(str(c).rjust(w) for c, w in zip(t, widths)))
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    lines.append("")
+    lines += [ln.replace("**", "") for ln in fit_lines(summary)]
+    for r in summary["incomplete"]:
+        lines.append(f"incomplete: {r['run']} (B={r['num_envs']}): {r['reason']}"
+                     + (" [included]" if r["used"] else " [not used]"))
+    lines.append("")
+    lines.append(summary["headline"])
+    return "\n".join(lines)
