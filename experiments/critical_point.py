@@ -120,7 +120,7 @@ def learns_less_claim(env: str, algo: str, res: dict | None) -> dict | None:
 
 def main(argv=None) -> dict:
     args = common.parse_args(NAME, __doc__.splitlines()[0], argv)
-    from tclock.config import TrainConfig
+    from tclock.config import defaults_for
     from tclock.sweep import SweepSpec, run_sweep
 
     s = settings(args)
@@ -133,8 +133,8 @@ def main(argv=None) -> dict:
             out = runs / f"{env}_{algo}"
             common.say(f"sweep {env} {algo} B={list(s['batch_sizes'])} x {s['seeds']} seeds, "
                        f"{s['total_steps']:,} env steps each")
-            base = TrainConfig(env=env, algo=algo, seeds=s["seeds"], total_steps=s["total_steps"], progress=False,
-                               **s["cfg"])
+            base = defaults_for(algo, env=env, seeds=s["seeds"], total_steps=s["total_steps"], progress=False,
+                                **s["cfg"])  # each learner's own defaults under the experiment's settings
             try:
                 summary = run_sweep(base, SweepSpec(batch_sizes=s["batch_sizes"]), out, progress=False,
                                     announce=common.say)
@@ -226,7 +226,7 @@ def main(argv=None) -> dict:
         a.legend(fontsize=7)
     figures.append(common.save_figure(fig, args.out, "critical_point.png"))
 
-    notes = ["B_crit here is the McCandlish et al. critical batch of the steps-to-target curve (DESIGN.md §2), "
+    notes = ["B_crit here is the McCandlish et al. critical batch of the steps-to-target curve (docs/design.md §2), "
              "the quantitative reading of the write-up's 'critical rollout batch size'; the write-up does not say "
              "how it measured its values.",
              "SAC: not implemented in tclock, so its claim (128) is not tested."]

@@ -30,13 +30,13 @@ class TrainConfig:
     num_envs: int = 256  # rollout batch size B: parallel envs per seed
     unroll_length: int = 32  # T: steps per env per rollout
     num_minibatches: int = 4  # minibatches per epoch; must divide num_envs*unroll_length
-    num_epochs: int = 4  # passes over each rollout
+    num_epochs: int = 4  # passes over each rollout (impala defaults to 1: tclock learners)
     total_steps: int = 2_000_000  # env steps per seed
     seeds: int = 1  # seeds trained together in one program (leading vmap axis)
     seed: int = 0  # base seed; seed i of a run uses fold_in(seed, i)
     # learner
     algo: str = "ppo"  # learner: ppo | impala (V-trace actor-critic) | any registered one (tclock learners)
-    lr: float = 1e-3  # Adam learning rate (before lr_scaling); impala defaults to 3e-4
+    lr: float = 1e-3  # Adam learning rate (before lr_scaling)
     lr_schedule: str = "constant"  # constant | linear | cosine, over the lr_clock's horizon
     lr_clock: str = "steps"  # steps (env steps / total_steps) | wall (seconds / total_seconds) | hybrid
     lr_scaling: str = "none"  # none | sqrt | linear: scale lr with num_envs / lr_base_envs

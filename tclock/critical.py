@@ -1,5 +1,9 @@
 """Critical batch size from a sweep: fits, bootstrap CI, wall-clock optimum.  NumPy only.
 
+(About 440 lines, a third of them the docstrings that define each estimator, its units and
+its edge cases; the estimators share their input checks and the inf = "not reached"
+convention, so they stay in one module.)
+
 Units (docs/design.md §2):
 
 * ``B``  = ``num_envs`` (rollout batch size, in **envs**).

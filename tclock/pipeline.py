@@ -55,120 +55,16 @@ fake one); the internal poll timeouts are real time.
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator
 
-import numpy as np
+
+from tclock.rollout_buffer import POLL_S, Item, RingBuffer, calibrate_max_age
 
 __all__ = ["Item", "RingBuffer", "AsyncPipeline", "calibrate_max_age"]
-
-_POLL_S = 0.02  # real-time slice for every wait, so stop / errors are noticed promptly
-
-
-@dataclass(frozen=True)
-class Item:
-    """One rollout in the buffer."""
-
-    trajectory: Any
-    behaviour_version: int
-    created_at: float
-    actor_index: int = 0
-    rollout_s: float = float("nan")  # how long actor_fn took (for calibrate_max_age)
-
-
-def calibrate_max_age(rollout_latencies_s: Sequence[float], quantile: float = 0.95,
-                      factor: float = 1.5) -> float:
-    """``max_age_s`` from measured rollout latencies: the ``quantile`` (p95) times ``factor``
-    (1.5), the write-up's rule (p95 latency x 1.5).  NumPy's default (linear) quantile."""
-    lat = np.asarray(list(rollout_latencies_s), dtype=float)
-    if lat.size == 0:
-        raise ValueError("rollout_latencies_s is empty; measure a few rollouts first")
-    if not np.all(np.isfinite(lat)) or np.any(lat < 0):
-        raise ValueError("rollout_latencies_s must be finite and >= 0 seconds")
-    if not 0 < quantile <= 1:
-        raise ValueError(f"quantile={quantile!r} must be in (0, 1], e.g. 0.95")
-    if not (math.isfinite(factor) and factor > 0):
-        raise ValueError(f"factor={factor!r} must be > 0, e.g. 1.5")
-    return float(np.quantile(lat, quantile)) * float(factor)
-
-
-class RingBuffer:
-    """Bounded, thread-safe buffer: push evicts the oldest when full; take returns the newest
-    after dropping every item older than ``max_age_s``.  Keeps the accounting counters."""
-
-    def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic) -> None:
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ValueError(f"capacity={capacity!r} must be an integer >= 1 (items held "
-                             "between actors and learner)")
-        self.capacity = capacity
-        self._clock = clock
-        self._items: collections.deque[Item] = collections.deque()
-        self._cond = threading.Condition()
-        self.produced = 0
-        self.consumed = 0
-        self.dropped_age = 0
-        self.dropped_overflow = 0
-        self.max_depth = 0
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._items)
-
-    def push(self, item: Item) -> bool:
-        """Add ``item``; never blocks.  Returns True if the oldest item was evicted."""
-        with self._cond:
-            evicted = False
-            if len(self._items) >= self.capacity:
-                self._items.popleft()
-                self.dropped_overflow += 1
-                evicted = True
-            self._items.append(item)
-            self.produced += 1
-            self.max_depth = max(self.max_depth, len(self._items))
-            self._cond.notify_all()
-            return evicted
-
-    def _drop_stale(self, max_age_s: float | None) -> None:
-        if max_age_s is None or not self._items:
-            return
-        now = self._clock()
-        fresh = [it for it in self._items if now - it.created_at <= max_age_s]
-        self.dropped_age += len(self._items) - len(fresh)
-        self._items = collections.deque(fresh)
-
-    def take_newest(self, max_age_s: float | None = None, timeout_s: float = 0.0,
-                    stop_event: threading.Event | None = None) -> Item | None:
-        """Drop stale items, then pop the newest.  Waits up to ``timeout_s`` real seconds for
-        one (returns None if none arrives, or as soon as ``stop_event`` is set)."""
-        end = time.monotonic() + max(0.0, timeout_s)
-        with self._cond:
-            while True:
-                self._drop_stale(max_age_s)
-                if self._items:
-                    self.consumed += 1
-                    return self._items.pop()
-                left = end - time.monotonic()
-                if left <= 0 or (stop_event is not None and stop_event.is_set()):
-                    return None
-                self._cond.wait(min(left, _POLL_S))
-
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    def counts(self) -> dict:
-        with self._cond:
-            return {
-                "produced": self.produced,
-                "consumed": self.consumed,
-                "dropped_age": self.dropped_age,
-                "dropped_overflow": self.dropped_overflow,
-                "still_buffered": len(self._items),
-                "max_depth": self.max_depth,
-            }
 
 
 class AsyncPipeline:
@@ -312,9 +208,7 @@ class AsyncPipeline:
         if err is not None:
             where, exc = err
             self.close()
-            note = f"tclock.pipeline: raised in thread {where!r}"
-            if note not in getattr(exc, "__notes__", []):
-                exc.add_note(note)
+            _add_thread_note(exc, where)
             raise exc
 
     # ------------------------------------------------------------------ learner
@@ -340,82 +234,114 @@ class AsyncPipeline:
         self._ran = True
         self.start()
         t_start = self._clock()
-        last_phase_start: float | None = None
-        done = 0
         try:
-            while True:
-                self._raise_if_error()
-                if self._stop.is_set():
-                    break
-                if num_updates is not None and done >= num_updates:
-                    break
-                # -- wait for a fresh item
-                w0 = self._clock()
-                item = None
-                while item is None:
-                    self._raise_if_error()
-                    if self._stop.is_set():
-                        break
-                    if deadline_s is not None and self._clock() - t_start >= deadline_s:
-                        break
-                    item = self.buffer.take_newest(self.max_age_s, _POLL_S, self._stop)
-                now = self._clock()
-                wait = now - w0
-                self._learner_wait_s += wait
-                if item is None:
-                    self._raise_if_error()
-                    break
-                # -- learn, publish
-                params, version = self.latest()
-                ut = None if last_phase_start is None else now - last_phase_start
-                last_phase_start = now
-                try:
-                    new_params, info = self._learner_fn(params, item)
-                except BaseException as exc:
-                    self._record_error(f"learner ({threading.current_thread().name})", exc)
-                    raise
-                t_done = self._clock()
-                with self._params_lock:
-                    self._params = new_params
-                    self._version = version + 1
-                done += 1
-                self._updates += 1
-                c = self.buffer.counts()
-                record = {
-                    "version": version + 1,
-                    "policy_lag": version - item.behaviour_version,
-                    "behaviour_version": item.behaviour_version,
-                    "actor_index": item.actor_index,
-                    "data_age_s": now - item.created_at,
-                    "rollout_s": item.rollout_s,
-                    "queue_depth": c["still_buffered"],
-                    "learner_wait_s": wait,
-                    "update_s": t_done - now,
-                    "ut_s": ut,
-                    "rt_ut_ratio": (item.rollout_s / ut) if ut else None,
-                    "produced": c["produced"],
-                    "consumed": c["consumed"],
-                    "dropped_age": c["dropped_age"],
-                    "dropped_overflow": c["dropped_overflow"],
-                    "info": dict(info) if info is not None else {},
-                }
-                if on_update is not None:
-                    try:
-                        on_update(record)
-                    except BaseException as exc:
-                        self._record_error(f"on_update ({threading.current_thread().name})",
-                                           exc)
-                        raise
-                if deadline_s is not None and self._clock() - t_start >= deadline_s:
-                    break
+            self._learner_loop(t_start, num_updates, deadline_s, on_update)
         except BaseException as exc:
-            self.close()
-            note = None
-            with self._err_lock:
-                if self._error is not None and self._error[1] is exc:
-                    note = f"tclock.pipeline: raised in thread {self._error[0]!r}"
-            if note and note not in getattr(exc, "__notes__", []):
-                exc.add_note(note)
+            self._stop_after_error(exc)
             raise
         self.close()
         return self.stats()
+
+    def _past_deadline(self, t_start: float, deadline_s: float | None) -> bool:
+        return deadline_s is not None and self._clock() - t_start >= deadline_s
+
+    def _learner_loop(self, t_start: float, num_updates: int | None, deadline_s: float | None,
+                      on_update: Callable[[dict], Any] | None) -> None:
+        """Take, learn, publish, report -- until a stop condition of :meth:`run` holds."""
+        last_phase_start: float | None = None
+        done = 0
+        while True:
+            self._raise_if_error()
+            if self._stop.is_set():
+                break
+            if num_updates is not None and done >= num_updates:
+                break
+            w0 = self._clock()
+            item = self._wait_for_item(t_start, deadline_s)
+            now = self._clock()
+            wait = now - w0
+            self._learner_wait_s += wait
+            if item is None:
+                self._raise_if_error()
+                break
+            ut = None if last_phase_start is None else now - last_phase_start
+            last_phase_start = now
+            record = self._learner_step(item, now, wait, ut)
+            done += 1
+            if on_update is not None:
+                with self._reporting("on_update"):
+                    on_update(record)
+            if self._past_deadline(t_start, deadline_s):
+                break
+
+    def _wait_for_item(self, t_start: float, deadline_s: float | None) -> Item | None:
+        """The next fresh item, or None once the pipeline stops or the deadline passes."""
+        while True:
+            self._raise_if_error()
+            if self._stop.is_set() or self._past_deadline(t_start, deadline_s):
+                return None
+            item = self.buffer.take_newest(self.max_age_s, POLL_S, self._stop)
+            if item is not None:
+                return item
+
+    @contextlib.contextmanager
+    def _reporting(self, role: str) -> Iterator[None]:
+        """An exception in the body is recorded as ``role``'s (stopping the actors), re-raised."""
+        try:
+            yield
+        except BaseException as exc:
+            self._record_error(f"{role} ({threading.current_thread().name})", exc)
+            raise
+
+    def _learner_step(self, item: Item, now: float, wait: float, ut: float | None) -> dict:
+        """One learning phase on ``item`` (started at ``now``): publish the new params as the
+        next version and return the update's record."""
+        params, version = self.latest()
+        with self._reporting("learner"):
+            new_params, info = self._learner_fn(params, item)
+        t_done = self._clock()
+        with self._params_lock:
+            self._params = new_params
+            self._version = version + 1
+        self._updates += 1
+        return self._update_record(item, version + 1, now, wait, t_done - now, ut, info)
+
+    def _update_record(self, item: Item, version: int, now: float, wait: float,
+                       update_s: float, ut: float | None, info: dict | None) -> dict:
+        """The record passed to ``on_update`` (fields listed in :meth:`run`)."""
+        c = self.buffer.counts()
+        return {
+            "version": version,
+            "policy_lag": (version - 1) - item.behaviour_version,
+            "behaviour_version": item.behaviour_version,
+            "actor_index": item.actor_index,
+            "data_age_s": now - item.created_at,
+            "rollout_s": item.rollout_s,
+            "queue_depth": c["still_buffered"],
+            "learner_wait_s": wait,
+            "update_s": update_s,
+            "ut_s": ut,
+            "rt_ut_ratio": (item.rollout_s / ut) if ut else None,
+            "produced": c["produced"],
+            "consumed": c["consumed"],
+            "dropped_age": c["dropped_age"],
+            "dropped_overflow": c["dropped_overflow"],
+            "info": dict(info) if info is not None else {},
+        }
+
+    def _stop_after_error(self, exc: BaseException) -> None:
+        """Stop and join everything; if ``exc`` is the recorded first error, note its thread."""
+        self.close()
+        where = None
+        with self._err_lock:
+            if self._error is not None and self._error[1] is exc:
+                where = self._error[0]
+        if where is not None:
+            _add_thread_note(exc, where)
+
+
+def _add_thread_note(exc: BaseException, where: str) -> None:
+    """Add (once) the note naming the thread ``exc`` was raised in."""
+    note = f"tclock.pipeline: raised in thread {where!r}"
+    if note not in getattr(exc, "__notes__", []):
+        exc.add_note(note)

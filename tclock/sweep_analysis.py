@@ -3,6 +3,9 @@ optimum, and the diagnostics beside them, as one JSON-friendly dict (:func:`summ
 run directories only (through :mod:`tclock.runlog`); never imports JAX, the loop, an agent or
 matplotlib, and formats no text (that is :mod:`tclock.sweep_render`).
 
+(About 430 lines, ~90 of them the definitions below, kept beside the code that implements
+them: the summary is one pipeline from run directories to the dict, read top to bottom.)
+
 A sweep directory holds one run directory per batch size, named ``B*`` (``B0032``, ``B0064``,
 ...), each with ``config.yaml`` (``num_envs``, ``unroll_length``, ``seeds``, ``target_success``),
 ``metrics.jsonl`` and ``status.json``.

@@ -25,9 +25,13 @@ Metrics are PPO's keys; ``clip_frac`` is the share of importance weights clipped
 (``pi/mu > vtrace_rho_bar``) at the parameters of each step, mean over the steps.
 
 Because minibatches are groups of envs, ``num_envs`` (and every DRBS ladder size) must be a
-multiple of ``num_minibatches`` (checked by the registry entry's ``validate``).  Its defaults
-differ from PPO's in the learning rate: 3e-4 (V-trace targets are recomputed at every step; at
-PPO's 1e-3 IMPALA reached success 0.06 on ``pointmass_reach`` after 1M env steps).
+multiple of ``num_minibatches`` (checked by the registry entry's ``validate``).
+
+Its defaults differ from PPO's: one pass over each rollout (``num_epochs=1``, as in Espeholt et
+al.) at ``lr=1e-3``.  Measured on ``pointmass_reach`` (256 envs, 1M env steps, 5 seeds): with
+PPO's 4 epochs at lr 1e-3 IMPALA reached success 0.06; 4 epochs at 3e-4 left 1 of 3 seeds near
+0.3; 2 epochs x 8 minibatches at 3e-4 left 2 of 5 near 0.4; one epoch at 1e-3 reached 1.0 on
+all 5 (>= 0.9 by iteration 41-58 of 122).
 """
 from __future__ import annotations
 
@@ -111,7 +115,7 @@ SPEC = LearnerSpec(
     name="impala",
     factory=IMPALA,
     description="IMPALA: V-trace actor-critic (rho_bar = c_bar = 1), minibatches of whole env sequences",
-    defaults={"lr": 3e-4},
+    defaults={"num_epochs": 1, "lr": 1e-3},
     fields=("vtrace_rho_bar", "vtrace_c_bar", "vtrace_lambda"),
     batch_multiple=lambda cfg: cfg.num_minibatches,
     validate=validate_impala,
