@@ -66,6 +66,9 @@ class TrainConfig:
     gdc_every: int = 1  # GDC and noise scale: every N iterations (0 = never)
     gdc_k: int = 5  # minibatch gradients per GDC estimate
     gdc_minibatch: int = 64  # transitions per GDC minibatch
+    noise_groups: int = 4  # online critical batch: groups of whole env trajectories per estimate (0 = off)
+    noise_env_share: float = 0.25  # share of the rollout's envs split into those groups
+    noise_window: int = 20  # estimates averaged (trace and |G|^2 separately) in b_crit_online_envs
     # mitigations: dynamic rollout batch size (DRBS)
     drbs: bool = False
     drbs_min: int = 64
@@ -281,6 +284,16 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                           f"set gdc_minibatch <= {n}")
     if cfg.gdc_every and cfg.gdc_k < 2:
         raise ConfigError(f"gdc_k: GDC needs at least 2 gradients, got {cfg.gdc_k}")
+    if cfg.noise_groups < 0 or cfg.noise_groups == 1:
+        raise ConfigError(f"noise_groups: the online critical batch needs >= 2 groups (0 = off), got {cfg.noise_groups}")
+    if not 0.0 < cfg.noise_env_share <= 1.0:
+        raise ConfigError(f"noise_env_share: must be in (0, 1], got {cfg.noise_env_share}")
+    if cfg.noise_window <= 0:
+        raise ConfigError(f"noise_window: must be a positive integer, got {cfg.noise_window}")
+    smallest = min(drbs_ladder(cfg)) if cfg.drbs else cfg.num_envs
+    if cfg.gdc_every and cfg.noise_groups and smallest < cfg.noise_groups:
+        raise ConfigError(f"noise_groups: {cfg.noise_groups} groups of whole env trajectories need at least as many "
+                          f"envs, but the batch can be {smallest}; lower noise_groups or raise num_envs")
     if not 0.0 < cfg.gamma <= 1.0:
         raise ConfigError(f"gamma: must be in (0, 1], got {cfg.gamma}")
     if not 0.0 <= cfg.gae_lambda <= 1.0:

@@ -28,7 +28,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from tclock import runlog
-from tclock.config import RESUME_MAY_CHANGE, ConfigError, TrainConfig, config_differences
+from tclock.config import (
+    RESUME_MAY_CHANGE,
+    ConfigError,
+    TrainConfig,
+    config_differences,
+)
+from tclock.online_critical import ONLINE_KEY, OnlineCriticalBatch
 from tclock.progress import Progress
 from tclock.thresholds import RATIO_WINDOW
 
@@ -55,11 +61,12 @@ class HostState:
     env_steps: int = 0  # per seed
     ratios: list = field(default_factory=list)  # the last RATIO_WINDOW rt_ut_ratio values
     drbs: dict | None = None  # the DRBS controller's state
+    noise: dict | None = None  # the online critical batch's window (OnlineCriticalBatch.state_dict)
 
     @classmethod
     def from_dict(cls, data: dict) -> "HostState":
         return cls(wall_s=float(data.get("wall_s", 0.0)), env_steps=int(data.get("env_steps", 0)),
-                   ratios=list(data.get("ratios", [])), drbs=data.get("drbs"))
+                   ratios=list(data.get("ratios", [])), drbs=data.get("drbs"), noise=data.get("noise"))
 
 
 @dataclass
@@ -99,6 +106,7 @@ class RunBook:
         self.last_good: LastGood | None = None
         self.last_record: dict = {}
         self.ratios: deque = deque(maxlen=RATIO_WINDOW)
+        self.online = OnlineCriticalBatch(cfg.noise_window)
         self.writer: runlog.RunWriter | None = None
         self.progress = Progress(False, 0, 0, "step")
         self.first_record_extra: dict = {}
@@ -133,6 +141,7 @@ class RunBook:
             state = jax.tree.map(jnp.asarray, saved["train"])
         self.first_iteration = iteration
         self.ratios = deque(self.host.ratios, maxlen=RATIO_WINDOW)
+        self.online = OnlineCriticalBatch(self.cfg.noise_window, self.host.noise)
         self.last_good = LastGood(iteration, state, self.host.env_steps)
         return iteration, state
 
@@ -174,6 +183,10 @@ class RunBook:
             self.first_record_extra = {}
         record.update(extra or {})
         record.update(seed_metrics(*metrics))
+        for m in metrics:
+            online = self.online.add(m)
+            if online is not None:
+                record[ONLINE_KEY] = online
         return record
 
     def commit(self, record: dict, state, finite) -> None:
@@ -201,7 +214,7 @@ class RunBook:
         """Checkpoints the last good state with the host state; returns its iteration."""
         good = self.last_good
         host = HostState(wall_s=self.wall(), env_steps=good.env_steps, ratios=list(self.ratios),
-                         drbs=self.drbs_state())
+                         drbs=self.drbs_state(), noise=self.online.state_dict())
         self.writer.save_checkpoint(good.iteration, {"train": jax.device_get(self.checkpoint_state(good.state)),
                                                      "host": asdict(host)})
         return good.iteration

@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from tclock import critical, runlog, thresholds
+from tclock import critical, online_critical, runlog, thresholds
 from tclock.runlog import RunFormatError, nanmean_rows, seed_matrix
 
 __all__ = ["UNITS", "SMOOTHING", "as_float", "smoothing_window", "discover_runs", "summarize_run",
@@ -197,7 +197,11 @@ def _clocks_and_diagnostics(records: list[dict], T: int) -> dict:
     learn_row = nanmean_rows(learn) if learn.shape[1] else np.full(len(records), np.nan)
     # Median, not mean: tr(Σ)/|G|² has a heavy right tail where the |G|² estimate nears 0.
     b_simple_t = float(np.nanmedian(bs)) if np.isfinite(bs).any() else math.nan
+    _, trace = seed_matrix(records, online_critical.TRACE_KEY)
+    _, grad_sq = seed_matrix(records, online_critical.GRAD_KEY)
+    online = [v for v in online_critical.windowed_ratio(trace, grad_sq) if v is not None] if trace.size else []
     return {"gdc_mean": _finite_mean(gdc), "gdc_n": int(np.isfinite(gdc).sum()),
+            "b_crit_online_envs": float(np.median(online)) if online else math.nan,
             "b_simple_transitions": b_simple_t, "b_simple_envs": critical.b_simple_to_envs(b_simple_t, T),
             "rt_ut_ratio_mean": _finite_mean(rtut), "iteration_s_mean": _finite_mean(rt_row + learn_row),
             "rt_s_mean": _finite_mean(rt_row), "learn_s_mean": _finite_mean(learn_row)}
@@ -369,6 +373,7 @@ def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: flo
         "r2": fit["r2"] if fit else math.nan,
         "gdc_threshold": thresholds.GDC_LOW, "gdc_cliff": cliff,
         "b_simple_envs": _finite_median([r["b_simple_envs"] for r in rows]),
+        "b_crit_online_envs": _finite_median([r["b_crit_online_envs"] for r in rows]),
         "b_simple_transitions": _finite_median([r["b_simple_transitions"] for r in rows]),
         "time_fit": time_fit, "b_star": b_star, "b_best_measured": b_best, "best_wall_s": best_wall,
         "notes": notes,
@@ -392,6 +397,8 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
       ``wall_to_target`` each ``{median, q25, q75, min, max, per_seed}``; ``n_reached``,
       ``reached_fraction``, ``final_metric`` (+ ``_per_seed``), ``final_episode_return``
       (+ ``_per_seed``), ``gdc_mean``, ``gdc_n``, ``b_simple_transitions``, ``b_simple_envs``,
+      ``b_crit_online_envs`` (the run's whole-run windowed ratio of the per-env noise estimates,
+      :mod:`tclock.online_critical`, median over seeds),
       ``rt_ut_ratio_mean``, ``iteration_s_mean``, ``rt_s_mean``, ``learn_s_mean``.
     * ``batch_sizes``; ``not_reached``: B whose median did not reach the target.
     * ``incomplete``: ``[{run, num_envs, state, reason, used}]`` runs not finished or unreadable.
@@ -401,7 +408,8 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
     * ``b_crit`` (envs), ``b_crit_transitions``, ``b_crit_ci`` ([low, high] envs or None),
       ``r2`` -- copies of the fit for readers such as ``tclock doctor``.
     * ``gdc_threshold``, ``gdc_cliff`` (B or None), ``b_simple_envs``,
-      ``b_simple_transitions`` (median over B of the per-B medians).
+      ``b_simple_transitions`` (median over B of the per-B medians), ``b_crit_online_envs``
+      (median over B).
     * ``time_fit``: None or ``{a, k, r2, n_points}``; ``b_star`` (envs); ``b_best_measured``
       (argmin of the median wall to target) and ``best_wall_s``.
     * ``notes``.

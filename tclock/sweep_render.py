@@ -50,6 +50,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("final_metric", "final {metric}", "final {metric}", lambda r: fmt(r["final_metric"])),
     Column("final_return", "final return", None, lambda r: fmt(r["final_episode_return"])),
     Column("gdc", "GDC (mean)", "GDC", lambda r: fmt(r["gdc_mean"])),
+    Column("b_crit_online_envs", "online B_crit (envs)", "online envs", lambda r: fmt(r["b_crit_online_envs"])),
     Column("b_simple_envs", "b_simple (envs)", "b_simple envs", lambda r: fmt(r["b_simple_envs"])),
     Column("b_simple_transitions", "b_simple (transitions)", None, lambda r: fmt(r["b_simple_transitions"])),
     Column("rt_ut", "RT/UT (mean)", "RT/UT", lambda r: fmt(r["rt_ut_ratio_mean"])),
@@ -92,7 +93,9 @@ def fit_lines(summary: dict) -> list[str]:
     lines = [f"No fit: {summary['fit_note']}."] if fit is None else _fit_description(fit, summary["unroll_length"])
     lines.append(f"- GDC cliff (first B with mean GDC < {summary['gdc_threshold']}): "
                  f"{summary['gdc_cliff'] if summary['gdc_cliff'] is not None else 'none in the sweep'}")
-    lines.append(f"- online b_simple (median over B): {fmt(summary['b_simple_envs'])} envs = "
+    lines.append(f"- online critical batch from groups of whole env trajectories (median over B): "
+                 f"{fmt(summary.get('b_crit_online_envs'))} envs")
+    lines.append(f"- online b_simple from i.i.d. transitions (median over B): {fmt(summary['b_simple_envs'])} envs = "
                  f"{fmt(summary['b_simple_transitions'])} transitions")
     tf = summary["time_fit"]
     if tf is None:
@@ -131,6 +134,8 @@ def headline(s: dict) -> str:
         return (f"no finished runs to summarise yet ({len(s['incomplete'])} incomplete); "
                 f"rerun with include_incomplete=True to use what they logged")
     parts = [_b_crit_phrase(s)]
+    if math.isfinite(as_float(s.get("b_crit_online_envs"))):
+        parts.append(f"online B_crit ≈ {fmt(s['b_crit_online_envs'])} envs")
     if math.isfinite(as_float(s["b_simple_envs"])):
         parts.append(f"online b_simple ≈ {fmt(s['b_simple_envs'])} envs")
     gdc_known = [r for r in rows if math.isfinite(as_float(r["gdc_mean"]))]

@@ -246,7 +246,7 @@ def test_every_file_written(tmp_path):
         "sweep_dir", "metric", "target", "smooth_steps", "smoothing", "unroll_length", "units",
         "include_incomplete", "batch_sizes", "incomplete", "runs", "not_reached", "fit", "fit_note", "b_crit",
         "b_crit_transitions", "b_crit_ci", "r2", "gdc_threshold", "gdc_cliff", "b_simple_envs",
-        "b_simple_transitions", "time_fit", "b_star", "b_best_measured", "best_wall_s", "notes", "headline",
+        "b_simple_transitions", "b_crit_online_envs", "time_fit", "b_star", "b_best_measured", "best_wall_s", "notes", "headline",
         "figures"}
     assert js["b_crit"] == pytest.approx(s["b_crit"]) and js["headline"] == s["headline"]
     assert js["figures"] == list(sweep_report.FIGURES)

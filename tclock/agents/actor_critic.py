@@ -68,6 +68,38 @@ def gradient_diagnostics(loss_terms, params, data: dict, key, k: int, m: int, vf
     }
 
 
+def envs_per_group(num_envs: int, groups: int, share: float) -> int:
+    """Envs in each group of :func:`env_group_noise`: ``floor(share * num_envs / groups)``, at least 1."""
+    return max(1, int(share * num_envs) // groups)
+
+
+def env_group_noise(loss_fn, params, data: dict, key, unroll_length: int, groups: int, per_group: int):
+    """The gradient noise scale **per env** from ``groups`` disjoint groups of ``per_group``
+    whole env trajectories of the rollout ``data`` (flat ``[T*B, ...]`` leaves, time-major).
+
+    Transitions of one env's trajectory are correlated, so the i.i.d.-transition noise scale
+    (``b_simple``) describes noise per transition, and dividing it by T assumes the T steps are
+    independent.  Here each group gradient ``g_i`` averages the gradients of ``per_group``
+    independent envs (each a whole T-step trajectory), so ``Cov g_i = Sigma_env / per_group`` and
+    :func:`tclock.diagnostics.noise_scale` with ``minibatch_size = per_group`` estimates
+    ``tr(Sigma_env)`` (per env) and ``|G|^2`` without assuming anything about the correlation
+    inside a trajectory.  Their ratio is the noise scale in **envs**, the unit of ``B_crit``.
+    ``loss_fn(params, batch) -> scalar`` (the learner's total loss)."""
+    n = data["obs"].shape[0]
+    T, B = unroll_length, n // unroll_length
+    pick = jax.random.permutation(key, B)[: groups * per_group]
+
+    def grouped(x):  # [T*B, ...] -> [groups, T*per_group, ...]
+        x = x.reshape((T, B) + x.shape[1:])[:, pick].reshape((T, groups, per_group) + x.shape[1:])
+        return jnp.swapaxes(x, 0, 1).reshape((groups, T * per_group) + x.shape[3:])
+
+    batches = jax.tree.map(grouped, data)
+    grads = jax.vmap(lambda mb: jax.grad(loss_fn)(params, mb))(batches)
+    noise = diagnostics.noise_scale(grads, per_group)
+    return {"noise_env_trace": noise["trace_sigma"], "noise_env_grad_sq": noise["grad_norm_sq"],
+            "b_noise_envs": noise["b_simple"]}
+
+
 @dataclass
 class ActorCritic:
     """Base of the on-policy learners; see the module docstring and :mod:`tclock.agents.base`."""
@@ -128,9 +160,18 @@ class ActorCritic:
         return losses.combine(self.loss_terms(params, normalizer, batch), self.cfg.vf_coef, self.cfg.ent_coef)
 
     def gradient_diagnostics(self, params, normalizer, data, key):
+        """GDC and ``b_simple`` on i.i.d. transitions, and (``noise_groups`` > 0) the noise scale
+        per env from groups of whole env trajectories (:func:`env_group_noise`)."""
         cfg = self.cfg
-        return gradient_diagnostics(lambda p, mb: self.loss_terms(p, normalizer, mb), params, data, key,
-                                    cfg.gdc_k, cfg.gdc_minibatch, cfg.vf_coef, cfg.ent_coef)
+        out = gradient_diagnostics(lambda p, mb: self.loss_terms(p, normalizer, mb), params, data, key,
+                                   cfg.gdc_k, cfg.gdc_minibatch, cfg.vf_coef, cfg.ent_coef)
+        k_env = jax.random.fold_in(key, 1)
+        if cfg.noise_groups:
+            B = data["obs"].shape[0] // cfg.unroll_length
+            out.update(env_group_noise(lambda p, mb: self.total_loss(p, normalizer, mb)[0], params, data, k_env,
+                                       cfg.unroll_length, cfg.noise_groups,
+                                       envs_per_group(B, cfg.noise_groups, cfg.noise_env_share)))
+        return out
 
     # ------------------------------------------------------------------ learning-phase frame
     def observe(self, normalizer, traj: Trajectory):

@@ -1,0 +1,89 @@
+"""The online critical batch: the per-env noise scale from groups of whole env trajectories,
+on a synthetic problem with correlated trajectories and a known per-env noise."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tclock.agents.actor_critic import env_group_noise, envs_per_group
+from tclock.online_critical import OnlineCriticalBatch, windowed_ratio
+
+D, T, B = 6, 16, 64
+S_ENV, S_STEP = 1.0, 0.5  # per-env offset (shared by the T steps of a trajectory) and per-step noise
+CENTRE = jnp.full((D,), 0.3)
+PARAMS = jnp.zeros((D,))
+
+
+def rollout_data(key):
+    """Flat time-major ``[T*B, D]`` transitions x = centre + z_env + eps_t: the gradient of
+    0.5*|w - x|^2 at w is w - x, so G = w - centre, |G|^2 = D*0.09, and one env's trajectory
+    gradient has covariance (S_ENV^2 + S_STEP^2/T) I: tr Sigma_env = D*(1 + 0.25/16)."""
+    k1, k2 = jax.random.split(key)
+    z = S_ENV * jax.random.normal(k1, (1, B, D))
+    eps = S_STEP * jax.random.normal(k2, (T, B, D))
+    return {"obs": (CENTRE + z + eps).reshape(T * B, D)}
+
+
+def loss(w, batch):
+    return 0.5 * jnp.mean(jnp.sum(jnp.square(w - batch["obs"]), axis=-1))
+
+
+TRUE_TRACE = D * (S_ENV**2 + S_STEP**2 / T)
+TRUE_G2 = float(jnp.sum(jnp.square(PARAMS - CENTRE)))
+TRUE_ENVS = TRUE_TRACE / TRUE_G2  # ~68 envs
+
+
+@pytest.fixture(scope="module")
+def many_estimates():
+    keys = jax.random.split(jax.random.PRNGKey(0), 400)
+
+    def one(k):
+        kd, kn = jax.random.split(k)
+        data = rollout_data(kd)
+        return env_group_noise(loss, PARAMS, data, kn, T, groups=4, per_group=envs_per_group(B, 4, 1.0))
+    return jax.jit(jax.vmap(one))(keys)
+
+
+def test_env_group_noise_recovers_the_per_env_noise_of_correlated_trajectories(many_estimates):
+    trace = np.asarray(many_estimates["noise_env_trace"])
+    g2 = np.asarray(many_estimates["noise_env_grad_sq"])
+    np.testing.assert_allclose(trace.mean(), TRUE_TRACE, rtol=0.05)  # unbiased per-env trace
+    np.testing.assert_allclose(g2.mean(), TRUE_G2, rtol=0.2)  # unbiased |G|^2 (noisy)
+    ratio = windowed_ratio(trace[:, None], g2[:, None])[0]
+    assert 0.8 * TRUE_ENVS < ratio < 1.25 * TRUE_ENVS, (ratio, TRUE_ENVS)
+
+
+def test_iid_transition_noise_scale_over_t_understates_the_per_env_noise():
+    """The old estimator: b_simple from i.i.d. transitions divided by T.  Its per-transition
+    variance is S_ENV^2 + S_STEP^2 (the correlation inside a trajectory is ignored), so
+    b_simple/T is ~T times too small here — the gap the env-grouped estimator closes."""
+    from tclock import diagnostics
+
+    data = rollout_data(jax.random.PRNGKey(1))
+    idx = jax.random.randint(jax.random.PRNGKey(2), (64, 64), 0, T * B)
+    grads = jax.vmap(lambda i: jax.grad(loss)(PARAMS, {"obs": data["obs"][i]}))(idx)
+    b_simple = float(diagnostics.noise_scale(grads, 64)["trace_sigma"]) / TRUE_G2
+    true_per_transition = D * (S_ENV**2 + S_STEP**2) / TRUE_G2
+    assert 0.7 * true_per_transition < b_simple < 1.4 * true_per_transition
+    assert b_simple / T < TRUE_ENVS / 8
+
+
+def test_envs_per_group_and_groups_are_disjoint_envs():
+    assert envs_per_group(256, 4, 0.25) == 16 and envs_per_group(8, 4, 0.25) == 1
+    # With one env per group and no per-step noise, each group gradient is one env's offset:
+    # the estimate of tr Sigma_env is then exactly the spread of the picked envs' offsets.
+    data = {"obs": jnp.broadcast_to(jnp.arange(B, dtype=jnp.float32)[None, :, None], (T, B, 1)).reshape(T * B, 1)}
+    out = env_group_noise(loss, jnp.zeros((1,)), data, jax.random.PRNGKey(3), T, groups=B, per_group=1)
+    var = np.var(np.arange(B), ddof=1)
+    np.testing.assert_allclose(float(out["noise_env_trace"]), var, rtol=1e-4)
+
+
+def test_windowed_ratio_sums_before_dividing_and_keeps_a_window():
+    assert windowed_ratio([[2.0, 1.0], [4.0, 1.0]], [[-1.0, 0.5], [3.0, -0.5]]) == [3.0, None]
+    online = OnlineCriticalBatch(window=2)
+    assert online.add({"gdc": np.zeros(2)}) is None  # not a diagnostic iteration
+    for trace, g2 in ((10.0, 1.0), (30.0, 1.0), (50.0, 4.0)):
+        value = online.add({"noise_env_trace": np.array([trace]), "noise_env_grad_sq": np.array([g2])})
+    assert value == [80.0 / 5.0]  # the first pair left the window
+    again = OnlineCriticalBatch(window=2, history=online.state_dict())
+    assert again.add({"noise_env_trace": np.array([0.0]), "noise_env_grad_sq": np.array([1.0])}) == [50.0 / 5.0]
