@@ -6,6 +6,12 @@ directory or its parent) and the sweep's ``summary.json`` (parent).  The signal 
 ``tclock.doctor_rules`` and ``tclock.doctor_gradients``; rendering is ``tclock.doctor``.  Nothing
 here imports JAX, the loop or an agent.
 
+Verdicts rest on calibrated quantities: ``critical_batch`` (B against the online critical batch,
+validated against sweeps) and, in the asynchronous pipeline only, the RT/UT rows and
+``staleness``.  The write-up's other thresholds stay visible: GDC and a synchronous run's RT/UT as
+``info`` rows (their write-up verdict in the text and ``data["writeup_verdict"]``), the activation
+rate capped at risk and the advantage skew at watch (neither is validated as a verdict).
+
 Overall verdict: the worst signal verdict (healthy < watch < risk < two-clocks; not-checkable when
 no signal could be judged).  ``Report.exit_code`` is 1 when it is two-clocks, else 0; the
 checklist is advice and changes neither.  Unreadable input (missing directory, malformed
@@ -21,10 +27,11 @@ from typing import Sequence
 
 import numpy as np
 
-from tclock import runlog
+from tclock import critical, runlog
+from tclock.doctor_batch import critical_batch_row, staleness_row
 from tclock.doctor_checklist import checklist
 from tclock.doctor_gradients import b_simple_row, downgrade_if_solved, gdc_row, solved_success
-from tclock.doctor_rules import RANK, Row, activation_row, rt_ut_rows, seed_series, skew_row
+from tclock.doctor_rules import RANK, Row, activation_row, key_present, rt_ut_rows, seed_series, skew_row
 from tclock.runlog import RunFormatError, load_config_or_empty, seed_matrix
 
 REQUIRED_KEYS = ("iteration", "rt_ut_ratio")
@@ -112,15 +119,75 @@ def run_info(run_dir: Path, records: Sequence[dict], iters: np.ndarray, config: 
     }
 
 
-def signal_rows(records: Sequence[dict], iters: np.ndarray, config: dict, num_envs) -> list[Row]:
-    """Every signal row, in report order, with the solved-task downgrade applied."""
+def is_asynchronous(records: Sequence[dict], config: dict) -> bool:
+    """An ARP run (config ``arp``, or ``policy_lag`` logged, or a ratio a synchronous loop cannot
+    produce): there RT/UT approximates the policy lag and is judged."""
+    if config.get("arp") is True or key_present(records, "policy_lag"):
+        return True
+    _, raw = seed_series(records, "rt_ut_ratio")
+    return bool(np.any(raw[np.isfinite(raw)] > 1.0))
+
+
+def reported(row: Row, why: str) -> Row:
+    """A write-up signal kept as a reported number: verdict ``info``, its write-up verdict in the data."""
+    if row.verdict not in RANK:
+        return row
+    return Row(row.signal, f"{row.value} — write-up: {row.verdict}; {why}", row.threshold, "info",
+               data={**row.data, "writeup_verdict": row.verdict})
+
+
+def capped(row: Row, worst: str) -> Row:
+    """``row`` with its verdict no worse than ``worst`` (a signal not validated as a verdict)."""
+    if row.verdict not in RANK or RANK[row.verdict] <= RANK[worst]:
+        return row
+    return Row(row.signal, f"{row.value} (write-up: {row.verdict}; capped at {worst}: not validated as a verdict)",
+               row.threshold, worst, data={**row.data, "writeup_verdict": row.verdict})
+
+
+SYNC_RATIO = "a synchronous loop's RT/UT is the rollout's share of an iteration (≤ 1), not staleness"
+GDC_REPORTED = ("GDC on small minibatches falls with the gradient noise scale whatever B is; the batch verdict is "
+                "critical_batch")
+
+
+def signal_rows(records: Sequence[dict], iters: np.ndarray, config: dict, num_envs,
+                time_fit: dict | None = None) -> list[Row]:
+    """Every signal row, in report order.  Verdicts rest on calibrated quantities
+    (``critical_batch``; in the asynchronous pipeline RT/UT and ``staleness``); the write-up's
+    other thresholds stay as reported signals (``info``) or capped verdicts."""
     solved = solved_success(records)
-    rows = rt_ut_rows(records, iters)
-    rows.append(activation_row(records, iters))
-    rows.append(downgrade_if_solved(skew_row(records, iters), solved))
-    rows.append(downgrade_if_solved(gdc_row(records), solved))
+    asynchronous = is_asynchronous(records, config)
+    rows = [r if asynchronous else reported(r, SYNC_RATIO) for r in rt_ut_rows(records, iters)]
+    rows.append(critical_batch_row(records, config, num_envs, time_fit))
+    rows.append(staleness_row(records))
+    rows.append(capped(activation_row(records, iters), "risk"))
+    rows.append(capped(downgrade_if_solved(skew_row(records, iters), solved), "watch"))
+    rows.append(reported(downgrade_if_solved(gdc_row(records), solved), GDC_REPORTED))
     rows.append(b_simple_row(records, config, num_envs))
     return rows
+
+
+def latency_fit(run_dir: Path) -> dict | None:
+    """``{a, k}`` of the iteration time ``t(B) = a + k·B``: the parent sweep's ``summary.json``
+    time fit, else a fit of ``rollout_s + update_s`` in a ``profile.json`` (run dir or parent)."""
+    for path in (run_dir.parent / "summary.json",):
+        if path.exists():
+            try:
+                fit = runlog.read_json(path).get("time_fit")
+            except (RunFormatError, AttributeError):
+                fit = None
+            if fit and "a" in fit and "k" in fit:
+                return {"a": fit["a"], "k": fit["k"]}
+    for path in (run_dir / "profile.json", run_dir.parent / "profile.json"):
+        if path.exists():
+            try:
+                rows = [r for r in runlog.read_json(path).get("rows", []) if r.get("update_s") is not None]
+            except (RunFormatError, AttributeError):
+                continue
+            if len(rows) >= 2:
+                f = critical.fit_linear_time([r["batch_size"] for r in rows],
+                                             [r["rollout_s"] + r["update_s"] for r in rows])
+                return {"a": f.a, "k": f.k}
+    return None
 
 
 def checklist_rows(run_dir: Path, records: Sequence[dict], config: dict, has_config: bool, num_envs,
@@ -150,7 +217,7 @@ def diagnose(run_dir: str | os.PathLike) -> Report:
     if not has_config:
         notes.append("no config.yaml: config-based checks are not checkable")
     run = run_info(run_dir, records, iters, config, notes)
-    rows = signal_rows(records, iters, config, run["num_envs"])
+    rows = signal_rows(records, iters, config, run["num_envs"], latency_fit(run_dir))
     rows += checklist_rows(run_dir, records, config, has_config, run["num_envs"], notes)
     verdict = overall(rows)
     return Report(run_dir=str(run_dir), rows=rows, verdict=verdict, exit_code=1 if verdict == "two-clocks" else 0,

@@ -50,3 +50,9 @@ HAE_LOW, HAE_HIGH = 0.5, 0.8  # HAE window as a share of the mean distance betwe
 
 # -- sweeps -------------------------------------------------------------------------------------
 FINAL_FRACTION = 0.1  # a run's "final" value: mean over the last 10% of its iterations (tclock's rule)
+
+# -- the calibrated batch verdict (tclock's rules, validated in experiments/doctor_agreement.py) ---
+BATCH_ABOVE = 2.0  # B > 2 x the online critical batch: "above the critical batch" (two-clocks)
+BATCH_NEAR = 1.0  # B between 1x and 2x of it: watch
+LAG_STALE = 2.0  # asynchronous runs: median policy lag (updates) above this over the recent window is stale
+KL_STALE = 0.05  # ... or a median behaviour-vs-learner KL above this
