@@ -148,9 +148,10 @@ def hae(
     * ``outside`` -- ``"zero"`` (default, the sketch's zero-initialised ``advs``): steps in no
       window get advantage 0 (so their return target is their own value).  ``"gae"``: they get
       the ordinary full-rollout ``gae`` advantage.
-    * ``max_events`` -- cap on events per column.  ``None`` (default): no cap, every event gets
-      its window, as in the sketch.  The formulation below keeps no per-event state, so it needs
-      no cap and its cost does not depend on the number of events.  With an int, only the first
+    * ``max_events`` -- cap on events per column.  ``None`` (default) or ``0``: no cap, every
+      event gets its window, as in the sketch (0 means the same as ``hae_max_events: 0`` in
+      the config).  The formulation below keeps no per-event state, so it needs
+      no cap and its cost does not depend on the number of events.  With a positive int, only the first
       ``max_events`` events of each column in time order are used (first come, first served);
       later ones are ignored and counted in ``info["dropped_events"]``.
 
@@ -181,7 +182,7 @@ def hae(
         raise ValueError(f"hae: window={window!r}; use an int >= 2 (a window spans window//2 steps each side)")
     if max_events is not None and (isinstance(max_events, bool) or int(max_events) != max_events
                                    or max_events < 0):
-        raise ValueError(f"hae: max_events={max_events!r}; use None (no cap) or an int >= 0")
+        raise ValueError(f"hae: max_events={max_events!r}; use None or 0 (no cap) or a positive int")
 
     T = rewards.shape[0]
     h = int(window) // 2
@@ -199,7 +200,7 @@ def hae(
     is_event = rewards > threshold
     events_found = jnp.sum(is_event, axis=0, dtype=jnp.int32)
     ev = is_event.astype(dtype)
-    if max_events is not None:
+    if max_events:  # None or 0: no cap
         (rank,) = _linear_scans([(ev, jnp.ones_like(ev))], reverse=False)   # 1-based event rank
         ev = jnp.where(rank <= max_events, ev, 0.0)
     events_kept = jnp.sum(ev, axis=0).astype(jnp.int32)

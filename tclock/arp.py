@@ -99,6 +99,11 @@ def train_async(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
     finished = book.open(resume, overwrite)
     if finished is not None:
         return finished
+    with book.guard():  # from here on, any error ends the run as failed, with its reason
+        return _run_async(book, cfg, clock, device, on_iteration)
+
+
+def _run_async(book: RunBook, cfg: TrainConfig, clock, device, on_iteration) -> RunResult:
     agent = build_agent(cfg)
     B, T = cfg.num_envs, cfg.unroll_length
     learner_device, actor_devices = _placement(cfg.arp_actors, device)
@@ -159,10 +164,9 @@ def train_async(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
     remaining = max(0, (cfg.total_steps - counters["env_steps"]) // (B * T))
     pipeline = AsyncPipeline(actor_fn, learner_fn, agent.behaviour(state), num_actors=len(actors),
                              capacity=cfg.arp_capacity, max_age_s=max_age, clock=clock)
-    with book.guard():
-        stats = pipeline.run(num_updates=remaining, on_update=on_update)
-        return book.finish(compile_s, learner_device, max_age_s=max_age,
-                           pipeline={k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
+    stats = pipeline.run(num_updates=remaining, on_update=on_update)
+    return book.finish(compile_s, learner_device, max_age_s=max_age,
+                       pipeline={k: v for k, v in stats.items() if isinstance(v, (int, float, str))})
 
 
 def _mean(values) -> float:

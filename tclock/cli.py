@@ -3,8 +3,10 @@
 Every ``TrainConfig`` field is a flag of ``train`` and ``sweep`` (``num_envs`` ->
 ``--num-envs``); ``--config FILE.yaml`` supplies fields too, and flags win over the file.
 
-Exit codes: 0 success; 1 ``doctor`` found the two-clocks pattern; 2 bad input (config,
-unreadable run directory); 3 training diverged (non-finite loss or parameters).
+Exit codes: 0 success; 1 ``doctor`` found the two-clocks pattern; 2 bad input (config, a
+run directory or checkpoint that cannot be read or written); 3 training diverged (non-finite
+loss or parameters; ``sweep``: at least one batch size diverged, the others ran); 4 an
+unexpected error (a bug: the traceback is printed and status.json says ``failed``).
 """
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ import argparse
 import dataclasses
 import os
 import sys
+import traceback
 import warnings
 
 from tclock.config import ConfigError, TrainConfig
 
-EXIT_OK, EXIT_TWO_CLOCKS, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
+EXIT_OK, EXIT_TWO_CLOCKS, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 
 def _flag(name: str) -> str:
@@ -132,7 +135,12 @@ def cmd_sweep(args) -> int:
     base = config_from_args(args, extra=None, defaults=defaults)
     spec = SweepSpec(batch_sizes=tuple(args.batch_sizes), budget=args.budget, minibatch=args.minibatch,
                      minibatch_size=args.minibatch_size, devices=args.devices)
-    run_sweep(base, spec, base.out, progress=base.progress)
+    summary = run_sweep(base, spec, base.out, progress=base.progress, retry_failed=args.retry_failed)
+    diverged = [r["num_envs"] for r in summary["incomplete"] if r.get("diverged")]
+    if diverged:
+        print(f"error: training diverged at B={diverged} (see {base.out}/report.md); the other batch sizes ran",
+              file=sys.stderr)
+        return EXIT_DIVERGED
     return EXIT_OK
 
 
@@ -215,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fixed across the sweep: num_minibatches or --minibatch-size transitions (default: count)")
     p.add_argument("--minibatch-size", type=int, default=0, help="transitions per minibatch with --minibatch size")
     p.add_argument("--devices", type=int, default=0, help="JAX devices to spread batch sizes over (0 = all)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="train batch sizes that diverged in an earlier run of this sweep again (default: keep them "
+                        "as failed)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("profile", help="pre-flight latency profile: rollout time vs batch size, RT/UT estimate")
@@ -263,6 +274,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: the last complete iteration is checkpointed; continue with --resume", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - every failure gets its documented exit code
+        return _exit_code_for(e)
+
+
+def _exit_code_for(error: Exception) -> int:
+    from tclock import runlog
+
+    if isinstance(error, (runlog.RunFormatError, runlog.RunWriteError)):
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    traceback.print_exception(error)
+    print(f"error: unexpected {type(error).__name__} (a bug in tclock or in an --import module; the traceback is "
+          "above)", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

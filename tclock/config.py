@@ -63,12 +63,13 @@ class TrainConfig:
     hae_window_bootstrap: str = "none"  # none (write-up code) | value (bootstrap at the window's end)
     hae_max_events: int = 0  # 0: no cap; else the first N events per env column get windows
     # diagnostics (activation, advantage shape: every iteration, they cost nothing measurable)
-    gdc_every: int = 1  # GDC and noise scale: every N iterations (0 = never)
+    gdc_every: int = 8  # gradient diagnostics (GDC, noise scales, the online critical batch): every N iterations (0 = never)
     gdc_k: int = 5  # minibatch gradients per GDC estimate
     gdc_minibatch: int = 64  # transitions per GDC minibatch
     noise_groups: int = 4  # online critical batch: groups of whole env trajectories per estimate (0 = off)
     noise_env_share: float = 0.25  # share of the rollout's envs split into those groups
     noise_window: int = 20  # estimates averaged (trace and |G|^2 separately) in b_crit_online_envs
+    noise_split: bool = True  # also run a learning phase on half the envs (discarded): the update's noise scale in envs
     # mitigations: dynamic rollout batch size (DRBS)
     drbs: bool = False
     drbs_min: int = 64
@@ -93,6 +94,9 @@ class TrainConfig:
     # run
     out: str = "runs/latest"  # run directory (sweep: the sweep directory)
     checkpoint_every: int = 20  # iterations
+    keep_checkpoints: int = 3  # newest checkpoints kept; --resume falls back to an older one if the newest is damaged
+    tensorboard: bool = False  # mirror every metrics.jsonl scalar to <out>/tensorboard/ (extra: tclock[tracking])
+    wandb: str = ""  # W&B project to mirror the metrics to ("": off; WANDB_MODE=offline honoured; tclock[tracking])
     target_success: float = 0.5  # success rate that counts as "target reached" in sweeps
     progress: bool = True  # progress bar on stderr
 
@@ -125,8 +129,9 @@ class TrainConfig:
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 # Fields a --resume may change (budgets and bookkeeping); a finished sweep run is reused only
 # when everything but SWEEP_MAY_CHANGE matches.
-RESUME_MAY_CHANGE = frozenset({"total_steps", "total_seconds", "out", "progress", "checkpoint_every"})
-SWEEP_MAY_CHANGE = frozenset({"out", "progress"})
+RESUME_MAY_CHANGE = frozenset({"total_steps", "total_seconds", "out", "progress", "checkpoint_every",
+                               "keep_checkpoints", "tensorboard", "wandb"})
+SWEEP_MAY_CHANGE = frozenset({"out", "progress", "keep_checkpoints", "tensorboard", "wandb"})
 
 
 def config_differences(saved: dict, cfg: TrainConfig, may_differ=frozenset(), limit: int = 8) -> str:
@@ -257,7 +262,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError(f"algo: {cfg.algo!r} is not one of {', '.join(agents.learner_names())} (a module passed "
                           "with --import can register more)")
     for name in ("num_envs", "unroll_length", "num_minibatches", "num_epochs", "total_steps", "seeds",
-                 "checkpoint_every", "gdc_k", "gdc_minibatch", "lr_base_envs"):
+                 "checkpoint_every", "keep_checkpoints", "gdc_k", "gdc_minibatch", "lr_base_envs"):
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name}: must be a positive integer, got {getattr(cfg, name)}")
     if cfg.episode_length < 0:
@@ -308,9 +313,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
         raise ConfigError(f"total_seconds: must be >= 0, got {cfg.total_seconds}")
     if cfg.purm and cfg.total_seconds <= 0:
         raise ConfigError("total_seconds: --purm trains for a wall-clock budget; give --total-seconds (e.g. 120)")
-    if cfg.lr_clock != "steps" and cfg.lr_schedule != "constant" and cfg.total_seconds <= 0:
-        raise ConfigError(f"total_seconds: lr_clock={cfg.lr_clock} with a {cfg.lr_schedule} schedule needs the wall "
-                          "horizon; give --total-seconds or use --lr-clock steps")
+    if cfg.lr_clock != "steps" and cfg.total_seconds <= 0:  # the clock needs its horizon, whatever the schedule
+        raise ConfigError(f"total_seconds: lr_clock={cfg.lr_clock} measures progress in wall seconds and needs the "
+                          "wall horizon; give --total-seconds (e.g. 120) or use --lr-clock steps")
     if cfg.drbs:
         drbs_ladder(cfg)  # raises ConfigError on an impossible ladder
     if cfg.arp:
@@ -324,6 +329,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             raise ConfigError(f"arp_max_age_s: must be >= 0 (0 = calibrate), got {cfg.arp_max_age_s}")
     if not cfg.policy_hidden or not cfg.value_hidden or min(cfg.policy_hidden + cfg.value_hidden) <= 0:
         raise ConfigError("policy_hidden / value_hidden: give one or more positive layer widths, e.g. [64, 64]")
+    from tclock import tracking  # light: imports the tracking packages only to train
+
+    tracking.check_available(cfg)
     return cfg
 
 

@@ -1,17 +1,20 @@
 """The doctor's calibrated verdicts: is the rollout batch above the critical batch, and (in the
 asynchronous pipeline) is the learner training on stale data.
 
-``critical_batch``    B (the latest ``num_envs``) against the run's online critical batch
-                      ``b_crit_online_envs`` (:mod:`tclock.online_critical`; the seed median of its
-                      latest value; recomputed from ``noise_env_trace`` / ``noise_env_grad_sq`` when
-                      only those were logged).  B > 2 [BATCH_ABOVE] x it -> two-clocks ("above the
-                      critical batch"); 1 [BATCH_NEAR]-2 x -> watch; below -> healthy.  The cost is
-                      stated with the S-E relation of McCandlish et al. (docs/design.md §2):
-                      ``E/E_min = 1 + B/B_crit`` env steps relative to the minimum, against
-                      ``1 + 1 = 2`` at B = B_crit; the advice is B ≈ B_crit or, when a latency
-                      profile gives ``t(B) = a + k·B``, the wall-clock optimum ``B* = sqrt(B_crit·a/k)``.
-                      Never logged -> not-checkable.  Validated against sweeps:
-                      ``experiments/doctor_agreement.py`` (RESULTS.md).
+``critical_batch``    B (the latest ``num_envs``) against a critical batch in envs.  The verdict
+                      rests on a **measured** B_crit: the sweep's fit in the parent directory's
+                      ``summary.json`` (the run is one batch size of a sweep, or the user put it
+                      there).  B > 2 [BATCH_ABOVE] x B_crit -> two-clocks ("above the critical
+                      batch"); 1 [BATCH_NEAR]-2 x -> watch; below -> healthy.  The cost is stated
+                      with the S-E relation of McCandlish et al. (docs/design.md §2):
+                      ``E/E_min = 1 + B/B_crit`` env steps relative to the minimum; the advice is
+                      B ≈ B_crit or, when ``t(B) = a + k·B`` is known (the sweep's time fit or a
+                      latency profile), the wall-clock optimum ``B* = sqrt(B_crit·a/k)``.
+                      Without a sweep, the run's online estimate ``b_crit_online_envs``
+                      (:mod:`tclock.online_critical`) is reported with the same arithmetic but as
+                      ``info``: on pointmass_reach it sits 5-8x below the sweep's B_crit
+                      (experiments/online_critical.py, RESULTS.md), so it is not yet a verdict.
+                      Neither known -> not-checkable.
 ``staleness``         Asynchronous runs only (``policy_lag`` logged): median policy lag over the last
                       20 [RECENT] updates > 2 [LAG_STALE] updates, or median ``kl_behavior`` > 0.05
                       [KL_STALE] -> risk; both -> two-clocks; else healthy.  Synchronous runs -> info
@@ -38,13 +41,17 @@ def online_critical_batch(records: Sequence[dict], window: int = 20) -> tuple[fl
     ``b_crit_online_envs``, else the windowed ratio of the last ``window`` per-env estimates."""
     _, m = seed_matrix(records, online_critical.ONLINE_KEY)
     rows = [r for r in m if np.isfinite(r).any()]
-    _, trace = seed_matrix(records, online_critical.TRACE_KEY)
+    source = online_critical.source_of(set().union(*(r.keys() for r in records)) if records else set())
+    if source is None:
+        return None, 0
+    trace_key, signal_key = online_critical.SOURCES[source]
+    _, trace = seed_matrix(records, trace_key)
     n = int(np.isfinite(trace).any(axis=1).sum()) if trace.size else 0
     if rows:
         return float(np.nanmedian(rows[-1])), min(n, window) or 1
     if not n:
         return None, 0
-    _, grad_sq = seed_matrix(records, online_critical.GRAD_KEY)
+    _, grad_sq = seed_matrix(records, signal_key)
     keep = np.isfinite(trace).any(axis=1)
     per_seed = online_critical.windowed_ratio(trace[keep][-window:], grad_sq[keep][-window:])
     finite = [v for v in per_seed if v is not None]
@@ -57,36 +64,56 @@ def _b_star(b_crit: float, time_fit: dict | None) -> float | None:
     return float(np.sqrt(b_crit * time_fit["a"] / time_fit["k"]))
 
 
-def critical_batch_row(records: Sequence[dict], config: dict, num_envs, time_fit: dict | None = None) -> Row:
-    """The calibrated batch verdict (see the module docstring); ``time_fit``: ``{a, k}`` of a
-    latency profile's ``t(B) = a + k·B``, when one is known."""
+def _measured(sweep: dict | None) -> tuple[float | None, str]:
+    """The sweep's B_crit in envs and its CI text, when the summary holds a finite one."""
+    if not sweep:
+        return None, ""
+    b = sweep.get("b_crit")
+    if not isinstance(b, (int, float)) or isinstance(b, bool) or not np.isfinite(b) or b <= 0:
+        return None, ""
+    ci = sweep.get("b_crit_ci")
+    return float(b), (f", 90% CI {num(ci[0])}–{num(ci[1])}" if ci and None not in ci else "")
+
+
+def critical_batch_row(records: Sequence[dict], config: dict, num_envs, time_fit: dict | None = None,
+                       sweep: dict | None = None) -> Row:
+    """The batch verdict (see the module docstring).  ``sweep``: the parent sweep's summary
+    (``b_crit``, ``b_crit_ci``); ``time_fit``: ``{a, k}`` of ``t(B) = a + k·B`` when known."""
     window = int(config.get("noise_window") or 20)
-    b_crit, n = online_critical_batch(records, window)
-    if n == 0:
-        return Row("critical_batch", "no per-env noise estimate logged (gdc_every >= 1 and noise_groups >= 2 "
-                   "log it)", BATCH_THRESHOLD, "not-checkable")
-    if b_crit is None or not b_crit > 0:
-        return Row("critical_batch", f"per-env noise logged {n}x but |G|^2 not yet detectable (the gradient "
-                   "signal is below its noise)", BATCH_THRESHOLD, "not-checkable", data={"estimates": n})
+    online, n = online_critical_batch(records, window)
+    online = online if online is not None and online > 0 else None
+    measured, ci_txt = _measured(sweep)
     _, ne = seed_series(records, "num_envs")
     ne = ne[np.isfinite(ne)]
     B = float(ne[-1]) if ne.size else (float(num_envs) if isinstance(num_envs, (int, float)) else None)
+    data = {"b_crit_online_envs": online, "online_estimates": n, "b_crit_sweep_envs": measured}
+    if measured is None and online is None:
+        why = ("no sweep summary.json in the parent and no online estimate logged (gdc_every >= 1 logs it)" if not n
+               else f"no sweep summary.json in the parent; online estimate logged {n}x but its signal is not "
+                    "yet detectable")
+        return Row("critical_batch", why, BATCH_THRESHOLD, "not-checkable", data=data)
     if B is None:
-        return Row("critical_batch", f"online B_crit {num(b_crit)} envs but num_envs unknown", BATCH_THRESHOLD,
-                   "not-checkable", data={"b_crit_online_envs": b_crit})
-    ratio = B / b_crit
-    cost = 1.0 + ratio  # E/E_min at this B
-    data = {"b_crit_online_envs": b_crit, "num_envs": B, "ratio": ratio, "env_steps_vs_min": cost,
-            "estimates": n}
-    evidence = (f"B = {num(B)} envs vs online B_crit ≈ {num(b_crit)} envs ({num(ratio)}x; last {n} estimates); "
-                f"env steps to a target ≈ {num(cost)}x the minimum (E/E_min = 1 + B/B_crit)")
-    if ratio > BATCH_ABOVE:
+        return Row("critical_batch", "num_envs unknown", BATCH_THRESHOLD, "not-checkable", data=data)
+    b_crit = measured if measured is not None else online
+    ratio, cost = B / b_crit, 1.0 + B / b_crit  # cost: E/E_min at this B
+    data.update(num_envs=B, ratio=ratio, env_steps_vs_min=cost)
+    source = f"sweep B_crit ≈ {num(measured)} envs{ci_txt}" if measured is not None else \
+        f"online B_crit ≈ {num(online)} envs (last {min(n, window)} estimates)"
+    evidence = (f"B = {num(B)} envs vs {source} ({num(ratio)}x); env steps to a target ≈ {num(cost)}x the "
+                f"minimum (E/E_min = 1 + B/B_crit)")
+    if measured is not None and online is not None:
+        evidence += f"; online estimate {num(online)} envs"
+    verdict = "two-clocks" if ratio > BATCH_ABOVE else "watch" if ratio > BATCH_NEAR else "healthy"
+    data["class"] = {"two-clocks": "above", "watch": "near", "healthy": "below"}[verdict]
+    if verdict == "two-clocks":
         b_star = _b_star(b_crit, time_fit)
         target = f"B* ≈ {num(b_star)} envs (wall-clock optimum)" if b_star else f"B ≈ {num(b_crit)} envs"
         data["suggested_num_envs"] = b_star or b_crit
-        return Row("critical_batch", evidence + f" — above the critical batch: try {target} "
-                   f"(≈ {num(cost / 2.0)}x fewer env steps)", BATCH_THRESHOLD, "two-clocks", data=data)
-    verdict = "watch" if ratio > BATCH_NEAR else "healthy"
+        evidence += f" — above the critical batch: try {target} (≈ {num(cost / 2.0)}x fewer env steps)"
+    if measured is None:
+        return Row("critical_batch", evidence + " — online estimate only: not yet validated as a verdict "
+                   "(5-8x below the sweep on pointmass_reach); run `tclock sweep` to measure B_crit",
+                   BATCH_THRESHOLD, "info", data=data)
     return Row("critical_batch", evidence, BATCH_THRESHOLD, verdict, data=data)
 
 

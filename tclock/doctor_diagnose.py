@@ -6,8 +6,8 @@ directory or its parent) and the sweep's ``summary.json`` (parent).  The signal 
 ``tclock.doctor_rules`` and ``tclock.doctor_gradients``; rendering is ``tclock.doctor``.  Nothing
 here imports JAX, the loop or an agent.
 
-Verdicts rest on calibrated quantities: ``critical_batch`` (B against the online critical batch,
-validated against sweeps) and, in the asynchronous pipeline only, the RT/UT rows and
+Verdicts rest on calibrated quantities: ``critical_batch`` (B against the critical batch measured
+by a sweep; the online estimate is reported beside it) and, in the asynchronous pipeline only, the RT/UT rows and
 ``staleness``.  The write-up's other thresholds stay visible: GDC and a synchronous run's RT/UT as
 ``info`` rows (their write-up verdict in the text and ``data["writeup_verdict"]``), the activation
 rate capped at risk and the advantage skew at watch (neither is validated as a verdict).
@@ -150,20 +150,32 @@ GDC_REPORTED = ("GDC on small minibatches falls with the gradient noise scale wh
 
 
 def signal_rows(records: Sequence[dict], iters: np.ndarray, config: dict, num_envs,
-                time_fit: dict | None = None) -> list[Row]:
+                time_fit: dict | None = None, sweep: dict | None = None) -> list[Row]:
     """Every signal row, in report order.  Verdicts rest on calibrated quantities
     (``critical_batch``; in the asynchronous pipeline RT/UT and ``staleness``); the write-up's
     other thresholds stay as reported signals (``info``) or capped verdicts."""
     solved = solved_success(records)
     asynchronous = is_asynchronous(records, config)
     rows = [r if asynchronous else reported(r, SYNC_RATIO) for r in rt_ut_rows(records, iters)]
-    rows.append(critical_batch_row(records, config, num_envs, time_fit))
+    rows.append(critical_batch_row(records, config, num_envs, time_fit, sweep))
     rows.append(staleness_row(records))
     rows.append(capped(activation_row(records, iters), "risk"))
     rows.append(capped(downgrade_if_solved(skew_row(records, iters), solved), "watch"))
     rows.append(reported(downgrade_if_solved(gdc_row(records), solved), GDC_REPORTED))
     rows.append(b_simple_row(records, config, num_envs))
     return rows
+
+
+def sweep_summary(run_dir: Path) -> dict | None:
+    """The parent sweep's ``summary.json`` (None when absent or unreadable)."""
+    path = run_dir.parent / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        data = runlog.read_json(path)
+    except RunFormatError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def latency_fit(run_dir: Path) -> dict | None:
@@ -217,7 +229,7 @@ def diagnose(run_dir: str | os.PathLike) -> Report:
     if not has_config:
         notes.append("no config.yaml: config-based checks are not checkable")
     run = run_info(run_dir, records, iters, config, notes)
-    rows = signal_rows(records, iters, config, run["num_envs"], latency_fit(run_dir))
+    rows = signal_rows(records, iters, config, run["num_envs"], latency_fit(run_dir), sweep_summary(run_dir))
     rows += checklist_rows(run_dir, records, config, has_config, run["num_envs"], notes)
     verdict = overall(rows)
     return Report(run_dir=str(run_dir), rows=rows, verdict=verdict, exit_code=1 if verdict == "two-clocks" else 0,

@@ -77,3 +77,11 @@ def x_axis(records: Sequence[dict], key: str) -> tuple[np.ndarray, str]:
         return x, labels.get(key, key)
     its, _ = seed_matrix(records, "iteration", keep_missing=True)
     return its.astype(float), "iteration"
+
+
+def finish_axes(ax, xlabel: str, ylabel: str, which: str = "major") -> None:
+    """Axis labels, a light grid (``which``: major or both) and the legend, as every tclock figure has them."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, which=which)
+    ax.legend(loc="best", fontsize=8)

@@ -88,6 +88,13 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
     finished = book.open(resume, overwrite)
     if finished is not None:
         return finished
+    with book.guard():  # from here on, any error ends the run as failed, with its reason
+        return _run(book, cfg, clock, sleep, device, on_iteration)
+
+
+def _prepare(book: RunBook, cfg: TrainConfig, device):
+    """``(controller, iteration, state, programs)``: the DRBS controller (or None), the state to
+    start from (restored or new) and the compiled programs of the first batch size."""
     agent = build_agent(cfg)
     controller = make_drbs_controller(cfg) if cfg.drbs else None
     iteration, state = book.initial_state(agent)
@@ -97,12 +104,17 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
         book.drbs_state = controller.state_dict
     if device is not None:
         state = jax.device_put(state, device)
-
     progress = book.start_progress(by_wall=cfg.purm)
     cache = ProgramCache(agent, state, cfg.gdc_every > 0, progress.phase, device)
     for b in (controller.ladder if (controller is not None and cfg.drbs_precompile) else ()):
         cache.get(b)
     cache.get(controller.batch_size if controller else cfg.num_envs)
+    return controller, iteration, state, cache
+
+
+def _run(book: RunBook, cfg: TrainConfig, clock, sleep, device, on_iteration) -> RunResult:
+    controller, iteration, state, cache = _prepare(book, cfg, device)
+    progress = book.progress
     book.first_record_extra = {"compile_s": cache.compile_s}
     book.start()
     gate = RhythmGate(UpdateRhythm(cfg.purm_t_base, cfg.purm_alpha, cfg.purm_t_cycle), clock=clock,
@@ -121,33 +133,32 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
             return gate.wait_for_slot(iteration - book.first_iteration, deadline_s=cfg.total_seconds - book.host.wall_s)
         return env_steps + batch_size() * cfg.unroll_length <= cfg.total_steps  # only whole rollouts in budget
 
-    with book.guard():
-        while keep_going():
-            number, batch = iteration + 1, batch_size()
-            compiled, fresh_compile_s = cache.get(batch)
-            if prev_learn_start is not None:
-                prev_learn_start += fresh_compile_s  # a compile is not part of the update interval
-            update = compiled.update_gdc if cfg.gdc_every > 0 and number % cfg.gdc_every == 0 else compiled.update_plain
-            lr = jnp.float32(lr_clock.lr(env_steps, book.wall()))
-            state, roll_m, upd_m, clocks, prev_learn_start = timed_iteration(compiled.rollout, update, state, lr,
-                                                                             clock, prev_learn_start)
-            env_steps += batch * cfg.unroll_length
-            iteration = number
-            extra = {}
-            if controller is not None:
-                controller.update(clocks.ratio)
-                extra.update(drbs_ratio_mean=controller.ratio_mean(), drbs_next_num_envs=controller.batch_size,
-                             compiled_sizes=len(cache.programs))
-            if gate is not None:
-                extra.update(purm_allowed_updates=gate.rhythm.allowed_updates(gate.elapsed()),
-                             purm_waited_s=gate.waited_s)
-            record = book.record(number, env_steps, clocks.rt, clocks.learn, clocks.ut, clocks.ratio, batch,
-                                 cache.count(), (roll_m, upd_m), extra)
-            book.commit(record, state, upd_m["finite"])
-            _report(progress, record, clocks, batch, cfg, gate is not None)
-            if on_iteration is not None:
-                on_iteration(record)
-        return book.finish(cache.compile_s, device or jax.devices()[0])
+    while keep_going():
+        number, batch = iteration + 1, batch_size()
+        compiled, fresh_compile_s = cache.get(batch)
+        if prev_learn_start is not None:
+            prev_learn_start += fresh_compile_s  # a compile is not part of the update interval
+        update = compiled.update_gdc if cfg.gdc_every > 0 and number % cfg.gdc_every == 0 else compiled.update_plain
+        lr = jnp.float32(lr_clock.lr(env_steps, book.wall()))
+        state, roll_m, upd_m, clocks, prev_learn_start = timed_iteration(compiled.rollout, update, state, lr,
+                                                                         clock, prev_learn_start)
+        env_steps += batch * cfg.unroll_length
+        iteration = number
+        extra = {}
+        if controller is not None:
+            controller.update(clocks.ratio)
+            extra.update(drbs_ratio_mean=controller.ratio_mean(), drbs_next_num_envs=controller.batch_size,
+                         compiled_sizes=len(cache.programs))
+        if gate is not None:
+            extra.update(purm_allowed_updates=gate.rhythm.allowed_updates(gate.elapsed()),
+                         purm_waited_s=gate.waited_s)
+        record = book.record(number, env_steps, clocks.rt, clocks.learn, clocks.ut, clocks.ratio, batch,
+                             cache.count(), (roll_m, upd_m), extra)
+        book.commit(record, state, upd_m["finite"])
+        _report(progress, record, clocks, batch, cfg, gate is not None)
+        if on_iteration is not None:
+            on_iteration(record)
+    return book.finish(cache.compile_s, device or jax.devices()[0])
 
 
 def timed_iteration(rollout, update, state, lr, clock, prev_learn_start: float | None):

@@ -1,12 +1,14 @@
 """The online critical batch: a windowed ratio of the per-env noise estimates a run logs.
 
-Each diagnostic iteration logs, per seed, unbiased estimates of ``tr(Sigma_env)``
-(``noise_env_trace``) and of ``|G|^2`` (``noise_env_grad_sq``) from groups of whole env
-trajectories (:func:`tclock.agents.actor_critic.env_group_noise`).  One estimate of ``|G|^2``
+Each diagnostic iteration logs, per seed, estimates of a noise trace and a squared signal in
+per-env units: of the whole learning phase (``update_noise_trace``, ``update_signal_sq``:
+:func:`tclock.agents.actor_critic.split_update_noise`), preferred when logged, and of the
+gradient at the behaviour parameters (``noise_env_trace``, ``noise_env_grad_sq``: groups of
+whole env trajectories, :func:`tclock.agents.actor_critic.env_group_noise`).  One estimate of the signal
 is very noisy (it can be negative), so, as McCandlish et al. (2018, appendix A) do, the two
 are averaged separately over the last ``window`` estimates and only then divided:
 
-    b_crit_online_envs = sum(noise_env_trace) / sum(noise_env_grad_sq)   (last ``window``)
+    b_crit_online_envs = sum(trace) / sum(signal)   (last ``window`` estimates)
 
 in **envs**, the unit of ``B_crit`` (docs/design.md §2).  ``None`` while the summed ``|G|^2``
 is not positive (the signal is not detectable yet).  Plain Python and NumPy.
@@ -17,7 +19,19 @@ from collections import deque
 
 import numpy as np
 
-TRACE_KEY, GRAD_KEY, ONLINE_KEY = "noise_env_trace", "noise_env_grad_sq", "b_crit_online_envs"
+ONLINE_KEY = "b_crit_online_envs"
+# (trace key, signal key) per source, in order of preference: the noise of a whole learning phase
+# (tclock.agents.actor_critic.split_update_noise), then the gradient noise per env (env_group_noise).
+SOURCES = {"update": ("update_noise_trace", "update_signal_sq"), "gradient": ("noise_env_trace", "noise_env_grad_sq")}
+TRACE_KEY, GRAD_KEY = SOURCES["gradient"]
+
+
+def source_of(keys) -> str | None:
+    """The preferred estimate present among ``keys`` (None when neither is)."""
+    for name, (trace, signal) in SOURCES.items():
+        if trace in keys and signal in keys:
+            return name
+    return None
 
 
 def windowed_ratio(traces, grad_sqs) -> list:
@@ -43,11 +57,33 @@ class OnlineCriticalBatch:
     def add(self, metrics: dict) -> list | None:
         """Adds one iteration's update metrics (arrays per seed); returns the windowed
         estimate, or None when this iteration logged no per-env noise estimate."""
-        if TRACE_KEY not in metrics or GRAD_KEY not in metrics:
+        source = source_of(metrics)
+        if source is None:
             return None
-        self.traces.append(np.asarray(metrics[TRACE_KEY], dtype=float).reshape(-1).tolist())
-        self.grad_sqs.append(np.asarray(metrics[GRAD_KEY], dtype=float).reshape(-1).tolist())
+        trace, signal = SOURCES[source]
+        self.traces.append(np.asarray(metrics[trace], dtype=float).reshape(-1).tolist())
+        self.grad_sqs.append(np.asarray(metrics[signal], dtype=float).reshape(-1).tolist())
         return windowed_ratio(list(self.traces), list(self.grad_sqs))
 
     def state_dict(self) -> dict:
         return {"traces": list(self.traces), "grad_sqs": list(self.grad_sqs)}
+
+
+def run_estimate(records: list[dict], source: str | None = None, until_iteration: float | None = None) -> float:
+    """One run's estimate in envs: the seed median of ``sum(trace) / sum(signal)`` over every
+    estimate of ``source`` (default: the preferred one logged) up to ``until_iteration``
+    (all when None); NaN when nothing usable was logged."""
+    from tclock.runlog import seed_matrix as matrix
+
+    keys = set().union(*(r.keys() for r in records)) if records else set()
+    source = source or source_of(keys)
+    if source is None or SOURCES[source][0] not in keys:
+        return float("nan")
+    trace_key, signal_key = SOURCES[source]
+    its, trace = matrix(records, trace_key)
+    _, signal = matrix(records, signal_key)
+    if until_iteration is not None and np.isfinite(until_iteration):
+        keep = its <= until_iteration
+        trace, signal = trace[keep], signal[keep]
+    values = [v for v in windowed_ratio(trace, signal) if v is not None] if trace.size else []
+    return float(np.median(values)) if values else float("nan")

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from tclock import runlog
-from tclock.figures import figure, note, run_title, save, seed_lines, x_axis
+from tclock.figures import figure, finish_axes, note, run_title, save, seed_lines, x_axis
 from tclock.runlog import RunFormatError, has_values, load_config_or_empty, nanmean_rows, seed_matrix, trailing_mean
 from tclock.thresholds import (ACT_VAR, GDC_FRESH, GDC_LOW, RATIO_WINDOW, RECENT, RT_UT_BANDS, SKEW_LIMIT,
                                SKEW_NORMAL)
@@ -134,10 +134,7 @@ def _plot_activation(records, config, run_dir, path) -> Path | None:
     ok = np.isfinite(var)
     ax.plot(x[ok], var[ok], color="tab:olive", lw=1.5, label=f"variance of mean, last {RECENT} rollouts")
     ax.axhline(ACT_VAR, color="tab:red", ls="--", lw=1, label=f"{ACT_VAR} (write-up bound)")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("rolling variance")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    finish_axes(ax, "iteration", "rolling variance")
     fig.suptitle(run_title(config, run_dir, "activation rate"))
     return save(fig, path)
 
@@ -154,10 +151,7 @@ def _plot_adv_skew(records, config, run_dir, path) -> Path | None:
         ax.axhline(sign * SKEW_LIMIT, color="tab:red", ls="--", lw=1,
                    label=f"±{SKEW_LIMIT:g} (risk)" if sign > 0 else None)
     seed_lines(ax, x, m, "tab:purple", "advantage skew")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("skewness of advantages")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    finish_axes(ax, "iteration", "skewness of advantages")
     fig.suptitle(run_title(config, run_dir, "advantage skew"))
     return save(fig, path)
 

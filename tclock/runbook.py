@@ -17,6 +17,7 @@ a process), then the learner's per-seed metrics and the loop's own keys.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tclock import runlog
+from tclock import runlog, tracking
 from tclock.config import (
     RESUME_MAY_CHANGE,
     ConfigError,
@@ -78,6 +79,16 @@ class LastGood:
     env_steps: int
 
 
+def state_template(agent, cfg: TrainConfig) -> Any:
+    """The shapes and dtypes of the state a new run of ``cfg`` starts from, which a checkpoint
+    is restored against: ``jax.eval_shape`` of ``agent.init`` (nothing is computed), or the
+    real ``init`` for a learner whose ``init`` cannot be traced."""
+    try:
+        return jax.eval_shape(lambda: agent.init(cfg.seed, cfg.seeds))
+    except jax.errors.JAXTypeError:
+        return agent.init(cfg.seed, cfg.seeds)
+
+
 def seed_list(x) -> list:
     """A per-seed metric array as a JSON list (non-finite values as None)."""
     arr = np.asarray(x, dtype=np.float64).reshape(-1)
@@ -100,7 +111,9 @@ class RunBook:
         self.cfg = cfg
         self.run_dir = Path(cfg.out)
         self.clock = clock
-        self.checkpoint: tuple | None = None
+        self.resume = False
+        self.checkpoint: runlog.Checkpoint | None = None
+        self.status_info: dict = {}  # kept in every status.json of this process (checkpoint_fallback)
         self.host = HostState()
         self.first_iteration = 0
         self.last_good: LastGood | None = None
@@ -124,7 +137,7 @@ class RunBook:
                 self._check_resume_config()
             if runlog.read_status(run_dir).get("state") == "finished":
                 return self._finished_result()
-            self.checkpoint = runlog.load_checkpoint(run_dir)
+            self.resume = True  # the checkpoint is read in initial_state, against the learner's state
             return None
         if runlog.read_metrics(run_dir, missing_ok=True) and not overwrite:
             raise ConfigError(f"out: {run_dir} already holds a run; pass --resume to continue it, --overwrite to "
@@ -132,18 +145,32 @@ class RunBook:
         return None
 
     def initial_state(self, agent) -> tuple[int, Any]:
-        """``(iteration, state)``: from the checkpoint, or ``agent.init`` for a new run."""
+        """``(iteration, state)``: from the newest loadable checkpoint (``--resume``), restored
+        against the state a new run starts from, or ``agent.init`` for a new run."""
+        if self.resume:
+            self.checkpoint = self._load_checkpoint(agent)
         if self.checkpoint is None:
             iteration, state, self.host = 0, agent.init(self.cfg.seed, self.cfg.seeds), HostState()
         else:
-            iteration, saved = self.checkpoint
-            self.host = HostState.from_dict(saved["host"])
-            state = jax.tree.map(jnp.asarray, saved["train"])
+            iteration, self.host = self.checkpoint.iteration, HostState.from_dict(self.checkpoint.host)
+            state = jax.tree.map(jnp.asarray, self.checkpoint.train)
         self.first_iteration = iteration
         self.ratios = deque(self.host.ratios, maxlen=RATIO_WINDOW)
         self.online = OnlineCriticalBatch(self.cfg.noise_window, self.host.noise)
         self.last_good = LastGood(iteration, state, self.host.env_steps)
         return iteration, state
+
+    def _load_checkpoint(self, agent) -> runlog.Checkpoint | None:
+        """The checkpoint to resume from; newer ones that are damaged (or that the intact
+        metrics lines do not cover) are skipped with a warning, and status.json says so."""
+        ckpt = runlog.load_checkpoint(self.run_dir, state_template(agent, self.cfg),
+                                      max_iteration=runlog.metrics_coverage(self.run_dir))
+        if ckpt is not None and ckpt.skipped:
+            self.status_info["checkpoint_fallback"] = {"resumed_from": ckpt.iteration, "skipped": ckpt.skipped}
+            reasons = "; ".join(f"{s['file']}: {s['reason']}" for s in ckpt.skipped)
+            print(f"warning: {self.run_dir}: resuming from {ckpt.path.name} (iteration {ckpt.iteration}); "
+                  f"skipped {reasons}", file=sys.stderr)
+        return ckpt
 
     def start_progress(self, by_wall: bool = False) -> Progress:
         cfg = self.cfg
@@ -156,7 +183,10 @@ class RunBook:
     def start(self) -> None:
         """Opens the run's files (after compiling) and starts the loop clock."""
         resumed = self.first_iteration if self.checkpoint is not None else None
-        self.writer = runlog.RunWriter(self.run_dir, self.cfg.to_dict(), resume_iteration=resumed)
+        self.writer = runlog.RunWriter(self.run_dir, self.cfg.to_dict(), resume_iteration=resumed,
+                                       keep_checkpoints=self.cfg.keep_checkpoints, status_info=self.status_info)
+        for sink in tracking.make_sinks(self.cfg, self.run_dir, self.host.env_steps if resumed is not None else None):
+            self.writer.add_sink(sink)
         self._loop_start = self.clock()
 
     def wall(self) -> float:
@@ -200,8 +230,8 @@ class RunBook:
             bad = [i for i, ok in enumerate(finite) if not ok]
             good = self.last_good.iteration
             self.save()
-            self.writer.mark("failed", reason="non-finite loss or parameters", iteration=number, seeds=bad,
-                             last_good_checkpoint=good)
+            self.writer.mark("failed", reason="non-finite loss or parameters", diverged=True, iteration=number,
+                             seeds=bad, last_good_checkpoint=good)
             raise TrainingDiverged(
                 f"loss or parameters became non-finite at iteration {number} (seed index {bad}); the last good "
                 f"state (iteration {good}) is checkpointed in {self.run_dir / runlog.CHECKPOINT_DIR}. Lower "
@@ -215,31 +245,56 @@ class RunBook:
         good = self.last_good
         host = HostState(wall_s=self.wall(), env_steps=good.env_steps, ratios=list(self.ratios),
                          drbs=self.drbs_state(), noise=self.online.state_dict())
-        self.writer.save_checkpoint(good.iteration, {"train": jax.device_get(self.checkpoint_state(good.state)),
-                                                     "host": asdict(host)})
+        self.writer.save_checkpoint(good.iteration, jax.device_get(self.checkpoint_state(good.state)), asdict(host))
         return good.iteration
 
     # ------------------------------------------------------------------ ending
     @contextlib.contextmanager
     def guard(self):
-        """How a run ends, for every loop: Ctrl-C checkpoints the last good state and marks the
-        run ``interrupted``; divergence has already been marked ``failed``; any other error
-        checkpoints and marks ``failed`` with its reason.  Files and the progress bar are
-        closed either way."""
+        """How a run ends, for every loop, wrapped around everything after ``open``: Ctrl-C
+        checkpoints the last good state and marks the run ``interrupted``; divergence has
+        already been marked ``failed``; any other error checkpoints (when it still can) and
+        marks ``failed`` with its reason; a write error also names the last good checkpoint
+        on disk.  Before ``start`` opens the run's files (building, restoring, compiling) an
+        error leaves the directory as it was.  Files and the progress bar are closed either way."""
         try:
             yield
         except KeyboardInterrupt:
-            self.writer.mark("interrupted", iteration=self.save())
+            self._end("interrupted", None)
             raise
         except TrainingDiverged:
             raise
+        except runlog.RunWriteError as e:  # a full disk, lost permissions
+            good = self._end("failed", e)
+            kept = (f"the last good checkpoint (iteration {good}) in {self.run_dir / runlog.CHECKPOINT_DIR} is intact"
+                    if good is not None else "no checkpoint was written")
+            raise runlog.RunWriteError(f"{e}; {kept}. Free space or fix permissions, then continue with --resume") \
+                from e
         except Exception as e:  # a callback, a device error: keep what we have, say why
-            self.save()
-            self.writer.mark("failed", reason=f"{type(e).__name__}: {e}")
+            self._end("failed", e)
             raise
         finally:
-            self.writer.close()
+            if self.writer is not None:
+                self.writer.close()
             self.progress.close()
+
+    def _end(self, state: str, error: BaseException | None) -> int | None:
+        """Checkpoints the last good state if it can, marks the run ``state`` (with the error as
+        its reason); returns the iteration of the newest checkpoint on disk (None: no files yet)."""
+        if self.writer is None:
+            return None
+        info = {} if error is None else {"reason": f"{type(error).__name__}: {error}"}
+        try:
+            good = self.save() if self.last_good is not None else None
+        except OSError as save_error:
+            info["checkpoint_error"] = str(save_error)
+            good = runlog.checkpoint_iteration(self.run_dir)
+        info["iteration" if error is None else "last_good_checkpoint"] = good
+        try:
+            self.writer.mark(state, **info)
+        except OSError:
+            pass  # the run directory cannot be written at all: the error being raised says so
+        return good
 
     def finish(self, compile_s: float, device, **info) -> RunResult:
         """Saves the last good state, marks the run finished and returns its summary."""

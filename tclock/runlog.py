@@ -4,22 +4,31 @@ A run directory holds::
 
     config.yaml          the resolved configuration (every field, after defaults)
     metrics.jsonl        one JSON object per iteration (keys: docs/metrics.md)
-    status.json          {"state": "running" | "finished" | "failed", ...}
+    status.json          {"state": "running" | "finished" | "interrupted" | "failed", ...}
     checkpoints/
-      ckpt_000040.pkl    training state after iteration 40 (NumPy pytree, pickled)
-      latest             name of the newest complete checkpoint file
+      ckpt_000040.ckpt   training state after iteration 40 (data only: tclock/checkpoints.py)
+      latest             name of the newest checkpoint file
+    tensorboard/         event files mirroring metrics.jsonl (--tensorboard; tclock/tracking.py)
 
 Every file that matters is written atomically (write to a temporary file in the same
 directory, fsync, ``os.replace``), so an interrupted run leaves either the old or the new
-version, never half of one.  No other module opens these files by name.
+version, never half of one; the last ``keep_checkpoints`` checkpoints are kept.  Reading
+back, a damaged newest checkpoint is skipped for the previous good one (``load_checkpoint``
+says which and why), a pickle checkpoint of an older tclock is refused unopened, and a
+metrics line cut by a crash is dropped on ``--resume``.  No other module opens these files
+by name; a write that fails raises :class:`RunWriteError` naming the file.
+
+(About 480 lines: it is the one module that knows the file format, so the writer, the readers,
+the checkpoint files' fallback and the metric matrices every reader builds from records live
+together; the checkpoint encoding itself is ``tclock/checkpoints.py``.)
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import pickle
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -30,12 +39,18 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 STATUS_FILE = "status.json"
 CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_SUFFIX = ".ckpt"
 LATEST_POINTER = "latest"
-KEEP_CHECKPOINTS = 2
+TENSORBOARD_DIR = "tensorboard"
+KEEP_CHECKPOINTS = 3  # TrainConfig.keep_checkpoints' default
 
 
 class RunFormatError(ValueError):
     """A run directory (or one of its files) cannot be read."""
+
+
+class RunWriteError(OSError):
+    """A file of the run directory cannot be written (full disk, permissions); names the file."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -52,10 +67,29 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Makes a rename in ``path`` durable (where the platform allows opening a directory)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
     _atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _write_error(path: Path, error: OSError) -> RunWriteError:
+    return RunWriteError(f"cannot write {path}: {error.strerror or error}")
 
 
 def to_jsonable(value: Any) -> Any:
@@ -75,46 +109,97 @@ def to_jsonable(value: Any) -> Any:
 
 # --------------------------------------------------------------------------- writer
 class RunWriter:
-    """Appends metrics, writes checkpoints and status for one run directory."""
+    """Appends metrics (and mirrors them to the sinks), writes checkpoints and status.
 
-    def __init__(self, run_dir: str | os.PathLike, config: dict, resume_iteration: int | None = None):
+    ``resume_iteration``: the iteration of the checkpoint a resumed run continues from; the
+    metrics it covers are kept (a cut last line is dropped), later lines removed.
+    ``status_info``: keys added to every ``status.json`` this writer writes."""
+
+    def __init__(self, run_dir: str | os.PathLike, config: dict, resume_iteration: int | None = None,
+                 keep_checkpoints: int = KEEP_CHECKPOINTS, status_info: dict | None = None):
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write_text(self.run_dir / CONFIG_FILE, yaml.safe_dump(to_jsonable(config), sort_keys=False))
+        self.keep = max(1, int(keep_checkpoints))
+        self.status_info = dict(status_info or {})
+        self.sinks: list = []
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            _atomic_write_text(self.run_dir / CONFIG_FILE, yaml.safe_dump(to_jsonable(config), sort_keys=False))
+            self._start_metrics(resume_iteration)
+            self._clear_stale(new_run=resume_iteration is None)
+            self._metrics = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
+        except OSError as e:
+            raise _write_error(self.run_dir, e) from e
+        self.mark("running")
+
+    def _start_metrics(self, resume_iteration: int | None) -> None:
         metrics = self.run_dir / METRICS_FILE
         if resume_iteration is None:
             _atomic_write_text(metrics, "")
-        else:
-            # Keep exactly the lines the checkpoint covers: nothing lost, nothing duplicated.
-            kept = [r for r in read_metrics(self.run_dir, missing_ok=True) if r.get("iteration", -1) <= resume_iteration]
-            _atomic_write_text(metrics, "".join(json.dumps(r) + "\n" for r in kept))
-        self._metrics = open(metrics, "a", encoding="utf-8")
-        self.mark("running")
+            return
+        # Keep exactly the lines the checkpoint covers: nothing lost, nothing duplicated.
+        records, cut = read_intact_metrics(self.run_dir)
+        kept = [r for r in records if r.get("iteration", -1) <= resume_iteration]
+        if cut:
+            self.status_info["metrics_repaired"] = {"dropped_partial_line": True, "kept_lines": len(kept)}
+        _atomic_write_text(metrics, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def _clear_stale(self, new_run: bool) -> None:
+        """Temporary files a killed writer left; for a new run (``--overwrite``) also the old
+        run's checkpoints and TensorBoard events, which a later ``--resume`` must not see."""
+        ckpt_dir = self.run_dir / CHECKPOINT_DIR
+        old = list(ckpt_dir.glob(".*.tmp"))
+        if new_run:
+            old += [*ckpt_dir.glob("ckpt_*"), ckpt_dir / LATEST_POINTER,
+                    *(self.run_dir / TENSORBOARD_DIR).glob("events.out.tfevents.*")]
+        for path in old:
+            path.unlink(missing_ok=True)
+
+    def add_sink(self, sink) -> None:
+        """A mirror of the metrics (``sink.log(record, step)``, ``sink.close()``; tclock/tracking.py)."""
+        self.sinks.append(sink)
 
     def log(self, record: dict) -> None:
-        self._metrics.write(json.dumps(to_jsonable(record)) + "\n")
-        self._metrics.flush()
+        record = to_jsonable(record)
+        try:
+            self._metrics.write(json.dumps(record) + "\n")
+            self._metrics.flush()
+        except OSError as e:
+            raise _write_error(self.run_dir / METRICS_FILE, e) from e
+        step = record.get("env_steps", record.get("iteration", 0))
+        for sink in self.sinks:
+            sink.log(record, step)
 
-    def save_checkpoint(self, iteration: int, state: Any) -> Path:
-        """Atomically writes the state (a pytree, converted to NumPy) after ``iteration``."""
-        self._metrics.flush()
-        os.fsync(self._metrics.fileno())
+    def save_checkpoint(self, iteration: int, state: Any, host: dict) -> Path:
+        """Atomically writes the training state (a pytree of arrays) and the host state after
+        ``iteration``, then removes all but the newest ``keep_checkpoints``."""
+        from tclock import checkpoints  # JAX and flax: readers of run directories stay without them
+
         ckpt_dir = self.run_dir / CHECKPOINT_DIR
-        name = f"ckpt_{iteration:06d}.pkl"
-        payload = pickle.dumps({"iteration": int(iteration), "state": state}, protocol=pickle.HIGHEST_PROTOCOL)
-        _atomic_write_bytes(ckpt_dir / name, payload)
-        _atomic_write_text(ckpt_dir / LATEST_POINTER, name)
-        old = sorted(p for p in ckpt_dir.glob("ckpt_*.pkl") if p.name != name)
-        for p in old[: max(0, len(old) - (KEEP_CHECKPOINTS - 1))]:
-            p.unlink(missing_ok=True)
-        return ckpt_dir / name
+        path = ckpt_dir / f"ckpt_{iteration:06d}{CHECKPOINT_SUFFIX}"
+        try:
+            self._metrics.flush()
+            os.fsync(self._metrics.fileno())
+            _atomic_write_bytes(path, checkpoints.encode(iteration, state, host))
+            _atomic_write_text(ckpt_dir / LATEST_POINTER, path.name)
+        except OSError as e:
+            raise _write_error(path, e) from e
+        for old in _checkpoint_files(ckpt_dir)[self.keep:]:
+            old.unlink(missing_ok=True)
+        return path
 
     def mark(self, state: str, **info: Any) -> None:
-        _atomic_write_text(self.run_dir / STATUS_FILE, json.dumps(to_jsonable({"state": state, **info}), indent=1))
+        status = {"state": state, **info, **self.status_info}
+        try:
+            _atomic_write_text(self.run_dir / STATUS_FILE, json.dumps(to_jsonable(status), indent=1))
+        except OSError as e:
+            raise _write_error(self.run_dir / STATUS_FILE, e) from e
 
     def close(self) -> None:
         if not self._metrics.closed:
             self._metrics.close()
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
+            sink.close()
 
 
 # --------------------------------------------------------------------------- readers
@@ -131,18 +216,21 @@ def read_config(run_dir: str | os.PathLike) -> dict:
     return data
 
 
+def _parse_line(path: Path, lineno: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise RunFormatError(f"{path}:{lineno} is not valid JSON ({e.msg}); the line starts {line[:60]!r}") from e
+    if not isinstance(record, dict):
+        raise RunFormatError(f"{path}:{lineno} must be a JSON object, got {type(record).__name__}")
+    return record
+
+
 def iter_metrics(path: Path) -> Iterable[dict]:
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RunFormatError(f"{path}:{lineno} is not valid JSON ({e.msg}); the line starts {line[:60]!r}") from e
-            if not isinstance(record, dict):
-                raise RunFormatError(f"{path}:{lineno} must be a JSON object, got {type(record).__name__}")
-            yield record
+            if line.strip():
+                yield _parse_line(path, lineno, line)
 
 
 def read_metrics(run_dir: str | os.PathLike, missing_ok: bool = False) -> list[dict]:
@@ -157,6 +245,32 @@ def read_metrics(run_dir: str | os.PathLike, missing_ok: bool = False) -> list[d
     return list(iter_metrics(path))
 
 
+def read_intact_metrics(run_dir: str | os.PathLike) -> tuple[list[dict], bool]:
+    """``(records, cut)``: the records of the complete lines, and whether the last line was cut
+    (no final newline and not a JSON object: a crash mid-write).  Other bad lines still raise."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return [], False
+    complete, _, tail = path.read_bytes().rpartition(b"\n")
+    lines = complete.decode("utf-8", errors="replace").split("\n") if complete else []
+    records = [_parse_line(path, i, line) for i, line in enumerate(lines, 1) if line.strip()]
+    if not tail.strip():
+        return records, False
+    try:
+        records.append(_parse_line(path, len(lines) + 1, tail.decode("utf-8")))
+        return records, False
+    except (RunFormatError, UnicodeDecodeError):
+        return records, True
+
+
+def metrics_coverage(run_dir: str | os.PathLike) -> int | None:
+    """The last iteration metrics.jsonl holds intact (0 if none; None without the file)."""
+    if not (Path(run_dir) / METRICS_FILE).exists():
+        return None
+    records, _ = read_intact_metrics(run_dir)
+    return max((int(r["iteration"]) for r in records if isinstance(r.get("iteration"), int)), default=0)
+
+
 def read_status(run_dir: str | os.PathLike) -> dict:
     path = Path(run_dir) / STATUS_FILE
     if not path.exists():
@@ -167,21 +281,106 @@ def read_status(run_dir: str | os.PathLike) -> dict:
         raise RunFormatError(f"{path} is not valid JSON: {e.msg}") from e
 
 
-def load_checkpoint(run_dir: str | os.PathLike) -> tuple[int, Any] | None:
-    """The newest complete checkpoint as ``(iteration, state)``, or None if there is none."""
-    ckpt_dir = Path(run_dir) / CHECKPOINT_DIR
-    pointer = ckpt_dir / LATEST_POINTER
-    if not pointer.exists():
-        return None
-    path = ckpt_dir / pointer.read_text(encoding="utf-8").strip()
+# --------------------------------------------------------------------------- checkpoints
+@dataclass
+class Checkpoint:
+    """A checkpoint read back: ``train`` is the training state restored against the template
+    (or ``{path: array}`` without one), ``host`` the host loop's state, ``skipped`` the newer
+    checkpoints that could not be used, each ``{"file", "reason"}``."""
+
+    iteration: int
+    train: Any
+    host: dict
+    path: Path
+    skipped: list = field(default_factory=list)
+
+
+def _checkpoint_iteration(path: Path) -> int:
     try:
-        with open(path, "rb") as f:
-            payload = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError) as e:
-        raise RunFormatError(f"checkpoint {path} cannot be read ({e}); delete {pointer} to start over") from e
-    return int(payload["iteration"]), payload["state"]
+        return int(path.name[len("ckpt_"):-len(CHECKPOINT_SUFFIX)])
+    except ValueError:
+        return -1
 
 
+def _checkpoint_files(ckpt_dir: Path) -> list[Path]:
+    """Checkpoint files, newest first."""
+    files = [p for p in ckpt_dir.glob(f"ckpt_*{CHECKPOINT_SUFFIX}") if _checkpoint_iteration(p) >= 0]
+    return sorted(files, key=_checkpoint_iteration, reverse=True)
+
+
+def checkpoint_iteration(run_dir: str | os.PathLike) -> int | None:
+    """The iteration of the newest checkpoint file (not read; None when there is none)."""
+    files = _checkpoint_files(Path(run_dir) / CHECKPOINT_DIR)
+    return _checkpoint_iteration(files[0]) if files else None
+
+
+def _latest_name(ckpt_dir: Path) -> str:
+    try:
+        return (ckpt_dir / LATEST_POINTER).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _refuse_pickles(ckpt_dir: Path, have_checkpoints: bool) -> None:
+    named = _latest_name(ckpt_dir)
+    pickles = sorted(p.name for p in ckpt_dir.glob("ckpt_*.pkl"))
+    if named.endswith(".pkl") or (pickles and not have_checkpoints):
+        raise RunFormatError(
+            f"{ckpt_dir} holds pickle checkpoints of an older tclock ({named or pickles[-1]}); a pickle can run "
+            "any code when it is loaded, so tclock never loads one. Start the run again (--overwrite, or another "
+            "--out); its metrics.jsonl stays readable by tclock doctor and tclock plot")
+
+
+def load_checkpoint(run_dir: str | os.PathLike, template: Any = None,
+                    max_iteration: int | None = None) -> Checkpoint | None:
+    """The newest checkpoint that reads back intact, restored against ``template`` (the state
+    a new run of the same config starts from; arrays or ``jax.ShapeDtypeStruct`` leaves).
+
+    Newer files that are truncated or corrupt, or later than ``max_iteration``, are skipped and
+    listed in ``Checkpoint.skipped``.  None when there is no checkpoint at all; RunFormatError
+    when none is loadable, for a pickle checkpoint (never opened), or when the state's
+    structure or shapes differ from the template's (naming the first differing paths)."""
+    from tclock import checkpoints  # JAX and flax: readers of run directories stay without them
+
+    ckpt_dir = Path(run_dir) / CHECKPOINT_DIR
+    files = _checkpoint_files(ckpt_dir)
+    _refuse_pickles(ckpt_dir, bool(files))
+    skipped = _missing_latest(ckpt_dir, files)
+    for path in files:
+        if max_iteration is not None and _checkpoint_iteration(path) > max_iteration:
+            skipped.append({"file": path.name, "reason": f"after iteration {max_iteration}, where the intact "
+                                                         f"lines of {METRICS_FILE} end"})
+            continue
+        try:
+            content = checkpoints.decode(path.read_bytes())
+        except (OSError, checkpoints.CorruptCheckpoint) as e:
+            skipped.append({"file": path.name, "reason": str(e)})
+            continue
+        train = content["leaves"]
+        if template is not None:
+            try:
+                train = checkpoints.restore(train, template)
+            except checkpoints.TemplateMismatch as e:
+                raise RunFormatError(f"checkpoint {path} does not match this config's training state ({e}); "
+                                     "resume with the config and tclock version that wrote it, or start a new "
+                                     "--out") from None
+        return Checkpoint(content["iteration"], train, content["host"], path, skipped)
+    if skipped:
+        reasons = "; ".join(f"{s['file']}: {s['reason']}" for s in skipped)
+        raise RunFormatError(f"no loadable checkpoint in {ckpt_dir} ({reasons}); start the run again with "
+                             "--overwrite or another --out")
+    return None
+
+
+def _missing_latest(ckpt_dir: Path, files: list[Path]) -> list[dict]:
+    """The file ``latest`` names, when it is gone (deleted by hand, lost with a disk)."""
+    named = _latest_name(ckpt_dir)
+    if named and named not in {p.name for p in files}:
+        return [{"file": named, "reason": f"named by {CHECKPOINT_DIR}/{LATEST_POINTER} but missing"}]
+    return []
+
+
+# --------------------------------------------------------------------------- sweep-level files
 def write_json(path: str | os.PathLike, data: Any) -> None:
     """Atomic JSON for sweep-level files (summary.json, profile.json)."""
     _atomic_write_text(Path(path), json.dumps(to_jsonable(data), indent=1))

@@ -11,7 +11,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from tclock.agents import Learner, make_agent
+from tclock import envs
+from tclock.agents import Learner, learner_spec, make_agent
 from tclock.config import TrainConfig
 from tclock.control import LRClock
 from tclock.envs import make_training_env
@@ -21,7 +22,8 @@ _HOST_ONLY_FIELDS = {"out", "total_steps", "progress", "checkpoint_every", "seed
                      "lr_schedule", "lr_clock", "lr_scaling", "lr_base_envs", "gdc_every", "drbs", "drbs_min",
                      "drbs_max", "drbs_window", "drbs_high", "drbs_low", "drbs_step", "drbs_precompile", "purm",
                      "purm_t_base", "purm_alpha", "purm_t_cycle", "total_seconds", "num_envs", "arp",
-                     "arp_actors", "arp_capacity", "arp_max_age_s", "arp_calibration_rollouts"}
+                     "arp_actors", "arp_capacity", "arp_max_age_s", "arp_calibration_rollouts", "keep_checkpoints",
+                     "tensorboard", "wandb"}
 
 
 def _env_kwargs(cfg: TrainConfig) -> dict:
@@ -59,13 +61,17 @@ def update_variants(cfg: TrainConfig) -> tuple:
     return tuple(v for v, needed in (("plain", cfg.gdc_every != 1), ("gdc", cfg.gdc_every > 0)) if needed)
 
 
-_COMPILED: dict = {}
+_COMPILED: dict = {}  # program_key -> (CompiledAgent, the learner spec it was built from)
 
 
 def program_key(cfg: TrainConfig, pool: int, active: int, with_gdc: bool, device=None) -> str:
+    """What the compiled programs depend on: the config fields that shape them, the sizes, the
+    device, and the registry entries behind the names (the programs close over the env and the
+    learner, so a task or learner registered again under the same name gets new programs)."""
     fields = {k: v for k, v in cfg.to_dict().items() if k not in _HOST_ONLY_FIELDS}
     plain = cfg.gdc_every != 1
-    return repr((sorted(fields.items()), pool, active, with_gdc, plain, jax.default_backend(), str(device)))
+    entries = (envs.spec(cfg.env).revision, id(learner_spec(cfg.algo)))  # the spec is kept alive in _COMPILED
+    return repr((sorted(fields.items()), pool, active, with_gdc, plain, jax.default_backend(), str(device), entries))
 
 
 def compiled_for(agent: Learner, state, active: int, with_gdc: bool, announce: Callable[[str], None] = lambda s: None,
@@ -75,10 +81,10 @@ def compiled_for(agent: Learner, state, active: int, with_gdc: bool, announce: C
     Returns ``(programs, fresh)`` where ``fresh`` says whether this call compiled them."""
     key = program_key(agent.cfg, agent.env.num_envs, active, with_gdc, device)
     if key in _COMPILED:
-        return _COMPILED[key], False
+        return _COMPILED[key][0], False
     variants = tuple(v for v in update_variants(agent.cfg) if with_gdc or v == "plain")
-    _COMPILED[key] = compile_agent(agent, state, active, variants, announce)
-    return _COMPILED[key], True
+    _COMPILED[key] = (compile_agent(agent, state, active, variants, announce), learner_spec(agent.cfg.algo))
+    return _COMPILED[key][0], True
 
 
 def compile_agent(agent: Learner, state, active: int, variants: tuple = ("plain", "gdc"),

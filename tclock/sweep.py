@@ -21,6 +21,10 @@ results do not depend on how many devices there are.  On fake CPU devices the wo
 the same cores, so the clocks of concurrent runs are not comparable with a one-device sweep.
 
 Interruption: finished runs are skipped, interrupted ones resume from their checkpoint.
+Divergence: a batch size whose training diverges (non-finite loss or parameters) is recorded
+as failed (its status.json says why) and the sweep carries on with the others; the summary
+lists it under the incomplete runs.  Running the sweep again does not retrain it unless
+``retry_failed`` (``tclock sweep --retry-failed``) asks for it.
 """
 from __future__ import annotations
 
@@ -142,15 +146,27 @@ def _check_same_config(cfg: TrainConfig) -> None:
                           "use another --out for this sweep or delete that run directory")
 
 
-def _run_one(cfg: TrainConfig, device, progress: _SweepProgress, stop: threading.Event) -> str:
-    from tclock.loop import train
+def diverged(status: dict) -> bool:
+    """Whether a run's status says its training diverged."""
+    return status.get("state") == "failed" and (bool(status.get("diverged"))
+                                                or str(status.get("reason", "")).startswith("non-finite"))
 
-    status = runlog.read_status(cfg.out).get("state")
+
+def _run_one(cfg: TrainConfig, device, progress: _SweepProgress, stop: threading.Event,
+             retry_failed: bool = False) -> str:
+    from tclock.loop import TrainingDiverged, train
+
+    saved = runlog.read_status(cfg.out)
+    status = saved.get("state")
     if status == "finished":
         _check_same_config(cfg)
         progress.skip(cfg, cfg.num_iterations)
         return "skipped"
-    resume = status in ("running", "interrupted", "failed") and (Path(cfg.out) / runlog.CHECKPOINT_DIR).exists()
+    if diverged(saved) and not retry_failed:
+        progress.skip(cfg, cfg.num_iterations)
+        return "kept failed"
+    resume = (status in ("running", "interrupted", "failed") and not diverged(saved)
+              and runlog.checkpoint_iteration(cfg.out) is not None)
     report = progress.callback(cfg)
 
     def on_iteration(record):
@@ -158,15 +174,18 @@ def _run_one(cfg: TrainConfig, device, progress: _SweepProgress, stop: threading
         if stop.is_set():
             raise KeyboardInterrupt("sweep stopped")
 
-    done = runlog.load_checkpoint(cfg.out)[0] if resume else 0
-    progress.skip(cfg, done)
-    train(cfg, resume=resume, overwrite=not resume, device=device, on_iteration=on_iteration)
+    progress.skip(cfg, runlog.checkpoint_iteration(cfg.out) if resume else 0)
+    try:
+        train(cfg, resume=resume, overwrite=not resume, device=device, on_iteration=on_iteration)
+    except TrainingDiverged:
+        return "diverged"
     return "resumed" if resume else "trained"
 
 
 def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: bool = True,
-              announce: Callable[[str], None] = print) -> dict:
-    """Trains every batch size (skipping finished runs), then writes and returns the summary."""
+              announce: Callable[[str], None] = print, retry_failed: bool = False) -> dict:
+    """Trains every batch size (skipping finished runs, and diverged ones unless
+    ``retry_failed``), then writes and returns the summary."""
     out = Path(out)
     configs = sweep_configs(base, spec, out)
     devices = _devices(spec)
@@ -183,14 +202,17 @@ def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: boo
     try:
         if len(devices) == 1:
             for cfg in configs:
-                outcomes[cfg.num_envs] = _run_one(cfg, devices[0], bar, stop)
+                outcomes[cfg.num_envs] = _run_one(cfg, devices[0], bar, stop, retry_failed)
         else:
-            _run_on_devices(configs, devices, bar, stop, outcomes)
+            _run_on_devices(configs, devices, bar, stop, outcomes, retry_failed)
     finally:
         bar.close()
-    skipped = [b for b, o in outcomes.items() if o == "skipped"]
-    if skipped:
-        announce(f"skipped finished runs: B={skipped}")
+    for outcome, message in (("skipped", "skipped finished runs"),
+                             ("diverged", "diverged (recorded as failed; the sweep went on)"),
+                             ("kept failed", "not retrained, diverged before (--retry-failed trains them again)")):
+        sizes = sorted(b for b, o in outcomes.items() if o == outcome)
+        if sizes:
+            announce(f"{message}: B={sizes}")
     from tclock.sweep_report import format_summary, summarize_sweep
 
     summary = summarize_sweep(out)
@@ -198,7 +220,7 @@ def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: boo
     return summary
 
 
-def _run_on_devices(configs, devices, bar, stop, outcomes) -> None:
+def _run_on_devices(configs, devices, bar, stop, outcomes, retry_failed: bool = False) -> None:
     """Config i runs on device i mod n (a deterministic placement), one at a time per device."""
     errors: list[BaseException] = []
 
@@ -207,7 +229,7 @@ def _run_on_devices(configs, devices, bar, stop, outcomes) -> None:
             if stop.is_set():
                 return
             try:
-                outcomes[cfg.num_envs] = _run_one(cfg, device, bar, stop)
+                outcomes[cfg.num_envs] = _run_one(cfg, device, bar, stop, retry_failed)
             except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
                 errors.append(e)
                 stop.set()

@@ -197,11 +197,8 @@ def _clocks_and_diagnostics(records: list[dict], T: int) -> dict:
     learn_row = nanmean_rows(learn) if learn.shape[1] else np.full(len(records), np.nan)
     # Median, not mean: tr(Σ)/|G|² has a heavy right tail where the |G|² estimate nears 0.
     b_simple_t = float(np.nanmedian(bs)) if np.isfinite(bs).any() else math.nan
-    _, trace = seed_matrix(records, online_critical.TRACE_KEY)
-    _, grad_sq = seed_matrix(records, online_critical.GRAD_KEY)
-    online = [v for v in online_critical.windowed_ratio(trace, grad_sq) if v is not None] if trace.size else []
     return {"gdc_mean": _finite_mean(gdc), "gdc_n": int(np.isfinite(gdc).sum()),
-            "b_crit_online_envs": float(np.median(online)) if online else math.nan,
+            "b_crit_online_envs": online_critical.run_estimate(records),
             "b_simple_transitions": b_simple_t, "b_simple_envs": critical.b_simple_to_envs(b_simple_t, T),
             "rt_ut_ratio_mean": _finite_mean(rtut), "iteration_s_mean": _finite_mean(rt_row + learn_row),
             "rt_s_mean": _finite_mean(rt_row), "learn_s_mean": _finite_mean(learn_row)}
@@ -226,6 +223,9 @@ def summarize_run(name: str, records: list[dict], config: dict, state: str, targ
     _, ret = seed_matrix(records, "episode_return", keep_missing=True)
     final_ret, final_ret_seeds = _final(ret)
     n_reached = int(np.isfinite(s_seed).sum())
+    until = float(np.nanmedian(s_seed)) if np.isfinite(s_seed).any() else None
+    online = {f"{src}_{span}": online_critical.run_estimate(records, src, until if span == "to_target" else None)
+              for src in online_critical.SOURCES for span in ("run", "to_target")}
     return {
         "run": name, "num_envs": B, "unroll_length": T, "state": state, "complete": state == "finished",
         "seeds": int(n_seeds),
@@ -238,7 +238,7 @@ def summarize_run(name: str, records: list[dict], config: dict, state: str, targ
         "n_reached": n_reached, "reached_fraction": n_reached / n_seeds if n_seeds else math.nan,
         "final_metric": final_metric, "final_metric_per_seed": final_metric_seeds,
         "final_episode_return": final_ret, "final_episode_return_per_seed": final_ret_seeds,
-        **_clocks_and_diagnostics(records, T),
+        **_clocks_and_diagnostics(records, T), "online_estimates_envs": online,
     }, notes
 
 
@@ -276,7 +276,9 @@ def _read_run(run_dir: Path, target: float | None, metric: str, smooth_steps: fl
         return None
     finished = state == "finished"
     if not finished:
-        incomplete.append(_entry(name, B, state, f"status is {state!r}, not 'finished'"))
+        why = f": {status['reason']}" if isinstance(status, dict) and status.get("reason") else ""
+        incomplete.append({**_entry(name, B, state, f"status is {state!r}, not 'finished'{why}"),
+                           "diverged": bool(status.get("diverged")) if isinstance(status, dict) else False})
     if not (finished or include_incomplete):
         return None
     try:

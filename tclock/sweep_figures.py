@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tclock import runlog, thresholds
-from tclock.figures import figure, note, save
+from tclock.figures import figure, finish_axes, note, save
 from tclock.runlog import RunFormatError, nanmean_rows, seed_matrix
 from tclock.sweep_analysis import as_float
 from tclock.textfmt import fmt
@@ -84,10 +84,7 @@ def _curve_figure(summary, records, path: Path, xkey: str) -> Path | None:
             continue
         if key == metric and summary["target"] is not None:
             ax.axhline(summary["target"], color="tab:red", ls="--", lw=1, label=f"target {fmt(summary['target'])}")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"{key} (mean over seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
+        finish_axes(ax, xlabel, f"{key} (mean over seeds)")
     fig.suptitle(f"learning curves by batch size B (envs) — {Path(summary['sweep_dir']).name}")
     return save(fig, path)
 
@@ -140,10 +137,7 @@ def _plot_steps_to_target(summary, records, path) -> Path | None:
         ax.set_xscale("log", base=2)
         if scale is None:
             ax.set_yscale("log")
-        ax.set_xlabel("rollout batch size B (envs)")
-        ax.set_ylabel(f"to target ({unit})")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(loc="best", fontsize=8)
+        finish_axes(ax, "rollout batch size B (envs)", f"to target ({unit})", which="both")
     why = summary["fit_note"] if fit is None else ""
     fig.suptitle(f"steps to {summary['metric']} target — {Path(summary['sweep_dir']).name}"
                  + (f"\n{why}" if why else ""), fontsize=10 if why else None)
@@ -171,10 +165,7 @@ def _plot_gdc_bsimple(summary, records, path) -> Path | None:
         if np.isfinite(bc):
             ax.axvline(bc, color="tab:blue", ls=":", lw=1.4, label=f"B_crit ≈ {fmt(bc)} envs")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("rollout batch size B (envs)")
-        ax.set_ylabel("mean pairwise cosine")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
+        finish_axes(ax, "rollout batch size B (envs)", "mean pairwise cosine")
     else:
         note(ax, "gdc not logged")
     ax = axes[1, 0]
@@ -189,10 +180,7 @@ def _plot_gdc_bsimple(summary, records, path) -> Path | None:
         ax.set_xscale("log", base=2)
         if (bse[ok] > 0).all():
             ax.set_yscale("log")
-        ax.set_xlabel("rollout batch size B (envs)")
-        ax.set_ylabel("gradient noise scale (envs)")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(loc="best", fontsize=8)
+        finish_axes(ax, "rollout batch size B (envs)", "gradient noise scale (envs)", which="both")
     else:
         note(ax, "b_simple not logged")
     fig.suptitle(f"gradient diagnostics vs batch size — {Path(summary['sweep_dir']).name}")
@@ -217,10 +205,7 @@ def _plot_rt_ut(summary, records, path) -> Path | None:
             ax.axhline(level, color=color, ls="--", lw=1, label=f"{level} ({what})")
         ax.set_ylim(0.0, max(1.1, float(np.nanmax(ratio[ok])) * 1.1))
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("rollout batch size B (envs)")
-        ax.set_ylabel("RT / UT")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
+        finish_axes(ax, "rollout batch size B (envs)", "RT / UT")
     else:
         note(ax, "rt_ut_ratio not logged")
     ax = axes[0, 1]
@@ -234,10 +219,7 @@ def _plot_rt_ut(summary, records, path) -> Path | None:
             grid = np.linspace(0, B.max() * 1.05, 100)
             ax.plot(grid, tf["a"] + tf["k"] * grid, color="tab:red", lw=1,
                     label=f"fit t = {fmt(tf['a'])} s + {tf['k']:.3g} s/env · B")
-        ax.set_xlabel("rollout batch size B (envs)")
-        ax.set_ylabel("seconds per iteration (mean)")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
+        finish_axes(ax, "rollout batch size B (envs)", "seconds per iteration (mean)")
     else:
         note(ax, "rt_s / learn_s not logged")
     fig.suptitle(f"clocks vs batch size — {Path(summary['sweep_dir']).name}")

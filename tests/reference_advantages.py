@@ -58,7 +58,7 @@ def hae_ref(rewards, values, next_values, terminations, truncations, gamma=0.99,
     for b in range(B):
         events = [t for t in range(T) if r[t, b] > threshold]
         found[b] = len(events)
-        if max_events is not None and len(events) > max_events:
+        if max_events and len(events) > max_events:  # None or 0: no cap
             dropped[b] = len(events) - max_events
             events = events[:max_events]  # first come, first served
         acc = np.zeros(T)

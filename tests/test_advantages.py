@@ -432,3 +432,14 @@ def test_vtrace_outputs_are_constants():
     grads = jax.grad(loss, argnums=(0, 1, 2))(v, nv, pi)
     for g in grads:
         np.testing.assert_array_equal(np.asarray(g), 0.0)
+
+
+def test_hae_max_events_zero_means_no_cap_as_in_the_config():
+    """``hae_max_events: 0`` is "no cap" in the config; ``hae(max_events=0)`` means the same."""
+    xs = make_inputs(np.random.default_rng(3), 40, (3,), event_rate=0.4)
+    adv0, _, info0 = hae_jit(*to_jnp(xs), window=10, max_events=0, return_info=True)
+    adv_none, _, info_none = hae_jit(*to_jnp(xs), window=10, return_info=True)
+    close(adv0, adv_none)
+    assert (np.asarray(info0["events"]) > 0).all() and (np.asarray(info0["dropped_events"]) == 0).all()
+    assert np.abs(np.asarray(adv0)).max() > 0.1  # the events got their windows
+    close(adv0, hae_ref(*xs, window=10, max_events=0)[0])

@@ -71,4 +71,4 @@ def test_arp_error_marks_the_run_failed(tmp_path):
         train(cfg, on_iteration=explode)
     status = runlog.read_status(cfg.out)
     assert status["state"] == "failed" and "bad callback" in status["reason"]
-    assert runlog.load_checkpoint(cfg.out)[0] == 1
+    assert runlog.load_checkpoint(cfg.out).iteration == 1

@@ -5,7 +5,6 @@ import subprocess
 import sys
 import time
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -48,7 +47,8 @@ def test_metrics_keys_and_clocks(tmp_path):
     assert [r["iteration"] for r in records] == list(range(1, 7))
     assert [r["env_steps"] for r in records] == [512 * i for i in range(1, 7)]
     first, later = records[0], records[1:]
-    assert first["ut_s"] is None and first["rt_ut_ratio"] is None and first["compile_s"] > 0
+    # compile_s is 0 when an earlier test in this process compiled the same programs (test_compile_cache: > 0)
+    assert first["ut_s"] is None and first["rt_ut_ratio"] is None and first["compile_s"] >= 0
     for r in later:
         assert r["ut_s"] >= r["rt_s"] > 0 and 0 < r["rt_ut_ratio"] < 1
         assert math.isclose(r["rt_ut_ratio"], r["rt_s"] / r["ut_s"])
@@ -60,7 +60,7 @@ def test_metrics_keys_and_clocks(tmp_path):
     assert all(-1.0 <= g <= 1.0 for g in records[1]["gdc"])
     assert runlog.read_status(result.run_dir)["state"] == "finished"
     assert runlog.read_config(result.run_dir)["num_envs"] == 32
-    assert runlog.load_checkpoint(result.run_dir)[0] == 6
+    assert runlog.load_checkpoint(result.run_dir).iteration == 6
 
 
 def test_same_seed_same_metrics_and_seeds_differ(tmp_path):
@@ -87,9 +87,9 @@ def test_resume_after_killed_process_loses_and_duplicates_nothing(tmp_path):
     deadline = time.time() + 240
     try:
         while time.time() < deadline:
-            ckpt = runlog.load_checkpoint(out) if (out / "checkpoints" / "latest").exists() else None
+            ckpt = runlog.checkpoint_iteration(out)
             lines = len(runlog.read_metrics(out, missing_ok=True)) if (out / "metrics.jsonl").exists() else 0
-            if ckpt and ckpt[0] >= 6 and lines >= 10:
+            if ckpt and ckpt >= 6 and lines >= 10:
                 break
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.005)
@@ -144,9 +144,10 @@ def test_nan_stops_run_and_keeps_last_good_checkpoint(tmp_path):
         train(cfg)
     status = runlog.read_status(cfg.out)
     assert status["state"] == "failed" and status["last_good_checkpoint"] == 5
-    iteration, saved = runlog.load_checkpoint(cfg.out)
-    assert iteration == 5  # the last finite state is checkpointed when the run stops
-    assert all(np.isfinite(x).all() for x in jax.tree.leaves(saved["train"].params))
+    ckpt = runlog.load_checkpoint(cfg.out)
+    assert ckpt.iteration == 5  # the last finite state is checkpointed when the run stops
+    params = [x for path, x in ckpt.train.items() if path.startswith(".params")]
+    assert params and all(np.isfinite(x).all() for x in params)
 
 
 def test_gdc_and_noise_scale_agree_on_real_ppo_batches(tmp_path):

@@ -100,6 +100,33 @@ def env_group_noise(loss_fn, params, data: dict, key, unroll_length: int, groups
             "b_noise_envs": noise["b_simple"]}
 
 
+def split_update_noise(update_one, state, traj: Trajectory, lr, full_params):
+    """The noise scale of a whole learning phase, in **envs**, from one extra learning phase on
+    a random half of the rollout's envs (one seed; ``traj`` leaves ``[T, B, ...]``).
+
+    A learning phase (epochs x minibatches of Adam steps) maps a rollout of B envs to a
+    parameter change ``D(B) ≈ D* + n/sqrt(B)`` with per-env noise covariance ``Sigma_D``.  With
+    ``D_full`` from all B envs (the update the run makes) and ``D_half`` from a random half,
+    to first order ``E|D_half - D_full|^2 = tr(Sigma_D)/B`` and
+    ``E[D_half . D_full] = |D*|^2 + tr(Sigma_D)/B``, so ``update_noise_trace = B*|D_half - D_full|^2``
+    and ``update_signal_sq = D_half . D_full - |D_half - D_full|^2`` estimate ``tr(Sigma_D)`` and
+    ``|D*|^2`` (the latter noisy, can be <= 0).  Unlike the gradient noise scale at the
+    behaviour parameters, this includes what the optimizer does with the noise over all of its
+    steps (Adam's normalisation, several epochs over the same data, the clip).  The half phase
+    is discarded; the run's state is untouched."""
+    B = traj.reward.shape[1]
+    perm = jax.random.permutation(jax.random.fold_in(state.key, 2), B)[: B // 2]
+    half_traj = jax.tree.map(lambda x: x[:, perm], traj)
+    half_state, _ = update_one(state, half_traj, lr, False)
+    flat = lambda p: jnp.concatenate([x.reshape(-1) for x in jax.tree.leaves(p)])  # noqa: E731
+    start = flat(state.params)
+    d_full, d_half = flat(full_params) - start, flat(half_state.params) - start
+    diff = jnp.sum(jnp.square(d_half - d_full))
+    signal = jnp.sum(d_half * d_full) - diff
+    return {"update_noise_trace": B * diff, "update_signal_sq": signal,
+            "b_noise_update_envs": jnp.where(signal > 0, B * diff / jnp.where(signal > 0, signal, 1.0), jnp.nan)}
+
+
 @dataclass
 class ActorCritic:
     """Base of the on-policy learners; see the module docstring and :mod:`tclock.agents.base`."""
@@ -204,5 +231,15 @@ class ActorCritic:
     def update_one(self, state, traj: Trajectory, lr, with_gdc: bool):
         raise NotImplementedError
 
+    def can_split(self, num_envs: int) -> bool:
+        """Whether a learning phase on half of ``num_envs`` envs is well defined (minibatching)."""
+        half = num_envs // 2
+        return half > 0 and (half * self.cfg.unroll_length) % self.cfg.num_minibatches == 0
+
     def update(self, state, traj: Trajectory, lr, with_gdc: bool = False):
-        return jax.vmap(lambda s, t: self.update_one(s, t, lr, with_gdc), in_axes=(0, 1))(state, traj)
+        new_state, metrics = jax.vmap(lambda s, t: self.update_one(s, t, lr, with_gdc), in_axes=(0, 1))(state, traj)
+        B = traj.reward.shape[2]
+        if with_gdc and self.cfg.noise_split and self.can_split(B):
+            metrics.update(jax.vmap(lambda s, t, full: split_update_noise(self.update_one, s, t, lr, full),
+                                    in_axes=(0, 1, 0))(state, traj, new_state.params))
+        return new_state, metrics

@@ -75,6 +75,10 @@ class IMPALA(ActorCritic):
         value = self.value_of(params, normalizer, batch["obs"])
         return losses.vtrace_terms(mean, log_std, value, batch, self.cfg.vtrace_rho_bar)
 
+    def can_split(self, num_envs: int) -> bool:
+        half = num_envs // 2
+        return half > 0 and half % self.cfg.num_minibatches == 0
+
     def update_one(self, state: ActorCriticState, traj: Trajectory, lr, with_gdc: bool):
         """One seed's learning phase. ``traj`` leaves are ``[T, B, ...]``."""
         cfg = self.cfg

@@ -7,7 +7,8 @@ adds the time limit and the batched auto-reset used by the learners.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Callable
 
 from brax import envs as brax_envs
@@ -19,11 +20,16 @@ from tclock.envs.wrappers import BatchedEnv, EpisodeLimit
 DEFAULT_ENV = "pointmass_reach"
 
 
+_REVISIONS = itertools.count()
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     factory: Callable[..., Env]
     episode_length: int = 1000
     description: str = ""
+    # unique per registration: compiled programs close over the env, so they are keyed by it
+    revision: int = field(default_factory=lambda: next(_REVISIONS), compare=False)
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
