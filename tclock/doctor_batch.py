@@ -4,7 +4,8 @@ asynchronous pipeline) is the learner training on stale data.
 ``critical_batch``    B (the latest ``num_envs``) against a critical batch in envs.  The verdict
                       rests on a **measured** B_crit: the sweep's fit in the parent directory's
                       ``summary.json`` (the run is one batch size of a sweep, or the user put it
-                      there).  B > 2 [BATCH_ABOVE] x B_crit -> two-clocks ("above the critical
+                      there), when the sweep marks it trusted (``b_crit_trusted``: R² >= 0.8, CI
+                      within 10x, >= 3 batch sizes reached).  B > 2 [BATCH_ABOVE] x B_crit -> two-clocks ("above the critical
                       batch"); 1 [BATCH_NEAR]-2 x -> watch; below -> healthy.  The cost is stated
                       with the S-E relation of McCandlish et al. (docs/design.md §2):
                       ``E/E_min = 1 + B/B_crit`` env steps relative to the minimum; the advice is
@@ -66,7 +67,7 @@ def _b_star(b_crit: float, time_fit: dict | None) -> float | None:
 
 def _measured(sweep: dict | None) -> tuple[float | None, str]:
     """The sweep's B_crit in envs and its CI text, when the summary holds a finite one."""
-    if not sweep:
+    if not sweep or sweep.get("b_crit_trusted") is False:  # an untrustworthy fit is not a measurement
         return None, ""
     b = sweep.get("b_crit")
     if not isinstance(b, (int, float)) or isinstance(b, bool) or not np.isfinite(b) or b <= 0:

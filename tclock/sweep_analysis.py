@@ -349,6 +349,26 @@ def _time_fit(rows: list[dict], b_crit: float, notes: list[str]) -> tuple[dict |
     return tf._asdict(), critical.wallclock_optimum(b_crit, tf.a, tf.k)
 
 
+def fit_trust(fit: dict | None, rows: list[dict]) -> tuple[bool, list[str]]:
+    """Whether the B_crit fit can be used as a measurement, and why not: R² below
+    ``thresholds.FIT_MIN_R2``, a CI wider than ``FIT_MAX_CI_RATIO``x (or none), fewer than
+    ``FIT_MIN_BATCHES`` batch sizes reached, or no finite B_crit."""
+    if fit is None or not math.isfinite(as_float(fit.get("b_crit"))):
+        return False, ["no finite B_crit"]
+    why = []
+    if not as_float(fit.get("r2")) >= thresholds.FIT_MIN_R2:
+        why.append(f"R² {as_float(fit.get('r2')):.2f} < {thresholds.FIT_MIN_R2}")
+    lo, hi = as_float(fit.get("ci_low")), as_float(fit.get("ci_high"))
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo > 0):
+        why.append("no bootstrap CI")
+    elif hi / lo > thresholds.FIT_MAX_CI_RATIO:
+        why.append(f"the CI spans {hi / lo:.0f}x (> {thresholds.FIT_MAX_CI_RATIO:g}x)")
+    reached = sum(1 for r in rows if math.isfinite(as_float(r["steps_to_target"]["median"])))
+    if reached < thresholds.FIT_MIN_BATCHES:
+        why.append(f"only {reached} batch sizes reached the target (< {thresholds.FIT_MIN_BATCHES})")
+    return not why, why
+
+
 def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: float = 0.9, rng: Any = 0) -> dict:
     """The across-B part of :func:`summarize` (from ``runs`` to ``notes``) for rows sorted by B."""
     Bs = np.array([r["num_envs"] for r in rows], dtype=float)
@@ -368,8 +388,10 @@ def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: flo
         notes.append("steps to target use a trailing mean of k iterations (k per B in the table); "
                      "each S can be up to k-1 iterations late (about (k-1)/2 on a locally linear curve), "
                      "more at small B, which biases B_crit upwards; compare with smooth_steps=0")
+    trusted, distrust = fit_trust(fit, rows)
     return {
         "runs": rows, "not_reached": not_reached, "fit": fit, "fit_note": fit_note, "b_crit": b_crit,
+        "b_crit_trusted": trusted, "b_crit_distrust": distrust,
         "b_crit_transitions": fit["b_crit_transitions"] if fit else math.nan,
         "b_crit_ci": [fit["ci_low"], fit["ci_high"]] if fit and np.isfinite(fit["ci_low"]) else None,
         "r2": fit["r2"] if fit else math.nan,
@@ -407,6 +429,8 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
     * ``fit``: None, or the :class:`~tclock.critical.CriticalFit` fields plus ``ci_low``,
       ``ci_high``, ``ci_level``, ``bootstrap_success_fraction``, ``n_boot``,
       ``batch_sizes_used``, ``median_steps_used``; ``fit_note``: why it is None or degenerate.
+    * ``b_crit_trusted`` (bool) and ``b_crit_distrust`` (the reasons when not: :func:`fit_trust`);
+      a reader (``tclock doctor``) uses ``b_crit`` as a measurement only when trusted.
     * ``b_crit`` (envs), ``b_crit_transitions``, ``b_crit_ci`` ([low, high] envs or None),
       ``r2`` -- copies of the fit for readers such as ``tclock doctor``.
     * ``gdc_threshold``, ``gdc_cliff`` (B or None), ``b_simple_envs``,

@@ -124,7 +124,11 @@ def _b_crit_phrase(s: dict) -> str:
                 f"(B_crit at or below B={rows[0]['num_envs']})")
     lo, hi = fit["ci_low"], fit["ci_high"]
     ci_txt = f"{fit['ci_level']:.0%} CI {fmt(lo)}–{fmt(hi)}" if math.isfinite(as_float(lo)) else "CI n/a"
-    return f"critical batch size B_crit ≈ {fmt(fit['b_crit'])} envs ({ci_txt}), R² {fit['r2']:.2f}"
+    phrase = f"critical batch size B_crit ≈ {fmt(fit['b_crit'])} envs ({ci_txt}), R² {fit['r2']:.2f}"
+    if s.get("b_crit_trusted") is False:
+        phrase += (f" — NOT trustworthy ({'; '.join(s.get('b_crit_distrust') or [])}): rerun with more seeds, "
+                   "a longer --total-steps or more batch sizes before acting on it")
+    return phrase
 
 
 def headline(s: dict) -> str:

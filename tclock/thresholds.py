@@ -56,3 +56,8 @@ BATCH_ABOVE = 2.0  # B > 2 x the online critical batch: "above the critical batc
 BATCH_NEAR = 1.0  # B between 1x and 2x of it: watch
 LAG_STALE = 2.0  # asynchronous runs: median policy lag (updates) above this over the recent window is stale
 KL_STALE = 0.05  # ... or a median behaviour-vs-learner KL above this
+
+# -- when a sweep's B_crit fit is trusted (tclock's rules: a fit that fails them is reported, not used) --
+FIT_MIN_R2 = 0.8  # R² of S(B) = S_min + c/B on the per-B medians
+FIT_MAX_CI_RATIO = 10.0  # the 90% bootstrap CI may span at most this factor (high / low)
+FIT_MIN_BATCHES = 3  # batch sizes whose median seed reached the target

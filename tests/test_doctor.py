@@ -514,3 +514,12 @@ def test_staleness_is_judged_only_in_the_asynchronous_pipeline(tmp_path):
     writer.close()
     row = diagnose(run).row("staleness")
     assert row.verdict == "two-clocks" and row.data["policy_lag"] == 4
+
+
+def test_an_untrustworthy_sweep_fit_is_not_used_as_a_measurement(tmp_path):
+    root = in_sweep(tmp_path, 100.0)
+    summary = runlog.read_json(root / "summary.json")
+    runlog.write_json(root / "summary.json", {**summary, "b_crit_trusted": False, "b_crit_distrust": ["R² 0.3 < 0.8"]})
+    report = diagnose(noisy_run(root, "B1024", num_envs=1024, b_crit=30.0))
+    row = report.row("critical_batch")
+    assert row.verdict == "info" and row.data["b_crit_sweep_envs"] is None and report.exit_code == 0

@@ -87,3 +87,38 @@ def test_windowed_ratio_sums_before_dividing_and_keeps_a_window():
     assert value == [80.0 / 5.0]  # the first pair left the window
     again = OnlineCriticalBatch(window=2, history=online.state_dict())
     assert again.add({"noise_env_trace": np.array([0.0]), "noise_env_grad_sq": np.array([1.0])}) == [50.0 / 5.0]
+
+
+def test_split_update_noise_recovers_the_noise_of_a_linear_learning_phase():
+    """A learning phase that moves the parameters by the mean of the rollout's x: D(B) = mean over
+    B envs of (centre + z_env + mean_t eps), so |D*|^2 = |centre|^2 and the per-env noise trace
+    is D*(S_ENV^2 + S_STEP^2/T) — the known answer the half-phase estimator must recover."""
+    from flax import struct
+
+    from tclock.agents.actor_critic import split_update_noise
+
+    @struct.dataclass
+    class State:
+        params: jax.Array
+        key: jax.Array
+
+    @struct.dataclass
+    class Traj:
+        x: jax.Array  # [T, B, D]
+        reward: jax.Array  # [T, B] (the estimator reads B from it)
+
+    def update_one(state, traj, lr, with_gdc):
+        return state.replace(params=state.params + traj.x.mean(axis=(0, 1))), {}
+
+    def one(k):
+        kd, ks = jax.random.split(k)
+        x = rollout_data(kd)["obs"].reshape(T, B, D)
+        state = State(params=jnp.zeros(D), key=ks)
+        full = update_one(state, Traj(x, jnp.zeros((T, B))), 0.0, False)[0].params
+        return split_update_noise(update_one, state, Traj(x, jnp.zeros((T, B))), 0.0, full)
+
+    out = jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(5), 600))
+    np.testing.assert_allclose(np.mean(out["update_noise_trace"]), TRUE_TRACE, rtol=0.1)
+    np.testing.assert_allclose(np.mean(out["update_signal_sq"]), float(jnp.sum(CENTRE**2)), rtol=0.2)
+    ratio = windowed_ratio(np.asarray(out["update_noise_trace"])[:, None], np.asarray(out["update_signal_sq"])[:, None])
+    assert 0.75 * TRUE_TRACE / 0.54 < ratio[0] < 1.33 * TRUE_TRACE / 0.54

@@ -246,7 +246,7 @@ def test_every_file_written(tmp_path):
         "sweep_dir", "metric", "target", "smooth_steps", "smoothing", "unroll_length", "units",
         "include_incomplete", "batch_sizes", "incomplete", "runs", "not_reached", "fit", "fit_note", "b_crit",
         "b_crit_transitions", "b_crit_ci", "r2", "gdc_threshold", "gdc_cliff", "b_simple_envs",
-        "b_simple_transitions", "b_crit_online_envs", "time_fit", "b_star", "b_best_measured", "best_wall_s", "notes", "headline",
+        "b_simple_transitions", "b_crit_online_envs", "b_crit_trusted", "b_crit_distrust", "time_fit", "b_star", "b_best_measured", "best_wall_s", "notes", "headline",
         "figures"}
     assert js["b_crit"] == pytest.approx(s["b_crit"]) and js["headline"] == s["headline"]
     assert js["figures"] == list(sweep_report.FIGURES)
@@ -329,3 +329,19 @@ def test_format_summary(tmp_path):
     for B in BATCHES:
         assert any(line.strip().startswith(str(B) + " ") for line in lines), B
     json.dumps(runlog.to_jsonable(s))  # the dict itself is JSON-friendly after to_jsonable
+
+
+def test_a_clean_synthetic_sweep_is_trusted_and_a_poor_fit_is_not(tmp_path):
+    from tclock.sweep_analysis import fit_trust
+
+    make_sweep(tmp_path)
+    s = summarize_sweep(tmp_path, smooth_steps=0, write=False)
+    assert s["b_crit_trusted"] is True and s["b_crit_distrust"] == []
+    good = {"b_crit": 300.0, "r2": 0.95, "ci_low": 150.0, "ci_high": 450.0}
+    rows = [{"steps_to_target": {"median": m}} for m in (90.0, 50.0, 20.0, float("nan"))]
+    assert fit_trust(good, rows) == (True, [])
+    ok, why = fit_trust({**good, "r2": 0.34, "ci_high": 3500.0}, rows)
+    assert not ok and any("R² 0.34" in w for w in why) and any("spans 23x" in w for w in why)
+    ok, why = fit_trust(good, rows[2:])
+    assert not ok and "only 1 batch sizes reached" in why[0]
+    assert fit_trust(None, rows) == (False, ["no finite B_crit"])
