@@ -43,12 +43,13 @@ def settings(args) -> dict:
         return {"tasks": ("pointmass_reach",), "batch_sizes": (16, 32), "seeds": 2, "base_seeds": (0, 1),
                 "total_steps": 16 * 8 * 8, "cfg": {"unroll_length": 8, "policy_hidden": (16,), "value_hidden": (16,),
                                                    "num_minibatches": 2, "num_epochs": 2, "gdc_minibatch": 32,
-                                                   "gdc_every": 2, "target_success": 0.05}}
+                                                   "gdc_every": 2, "noise_split": True, "target_success": 0.05}}
     if args.mode == "quick":
         return {"tasks": ("pointmass_reach", "pointmass_reach_terminal"), "batch_sizes": (32, 64, 128, 256, 512, 1024),
-                "seeds": 3, "base_seeds": (0, 1), "total_steps": 600_000, "cfg": {"unroll_length": 32, "gdc_every": 4}}
+                "seeds": 3, "base_seeds": (0, 1), "total_steps": 600_000, "cfg": {"unroll_length": 32, "gdc_every": 4, "noise_split": True}}
     return {"tasks": tuple(TASKS), "batch_sizes": (32, 64, 128, 256, 512, 1024, 2048), "seeds": 4,
-            "base_seeds": (0, 1), "total_steps": 5_000_000, "cfg": {"unroll_length": 32, "gdc_every": 4}}
+            "base_seeds": (0, 1), "total_steps": 5_000_000, "cfg": {"unroll_length": 32, "gdc_every": 4,
+                                                                    "noise_split": True}}
 
 
 def per_b(summary: dict) -> list[dict]:

@@ -122,7 +122,7 @@ def cmd_train(args) -> int:
     return EXIT_OK
 
 
-SWEEP_DEFAULTS = {"seeds": 3, "total_steps": 600_000, "gdc_every": 4, "out": "runs/sweep"}
+SWEEP_DEFAULTS = {"seeds": 3, "total_steps": 600_000, "gdc_every": 4, "noise_split": True, "out": "runs/sweep"}
 
 
 def cmd_sweep(args) -> int:

@@ -32,8 +32,8 @@ from tclock.doctor_rules import Row, key_present, num, seed_series
 from tclock.runlog import seed_matrix
 from tclock.thresholds import BATCH_ABOVE, BATCH_NEAR, KL_STALE, LAG_STALE, RECENT
 
-BATCH_THRESHOLD = (f"B > {BATCH_ABOVE:g}x online B_crit two-clocks; {BATCH_NEAR:g}-{BATCH_ABOVE:g}x watch; "
-                   "below healthy")
+BATCH_THRESHOLD = (f"B > {BATCH_ABOVE:g}x the sweep's B_crit two-clocks; {BATCH_NEAR:g}-{BATCH_ABOVE:g}x watch; "
+                   "below healthy (online estimate: info)")
 STALE_THRESHOLD = f"async: median lag > {LAG_STALE:g} or KL > {KL_STALE:g} risk; both two-clocks"
 
 
@@ -106,15 +106,15 @@ def critical_batch_row(records: Sequence[dict], config: dict, num_envs, time_fit
         evidence += f"; online estimate {num(online)} envs"
     verdict = "two-clocks" if ratio > BATCH_ABOVE else "watch" if ratio > BATCH_NEAR else "healthy"
     data["class"] = {"two-clocks": "above", "watch": "near", "healthy": "below"}[verdict]
-    if verdict == "two-clocks":
+    if verdict == "two-clocks" and measured is not None:  # advice only where the verdict is validated
         b_star = _b_star(b_crit, time_fit)
         target = f"B* ≈ {num(b_star)} envs (wall-clock optimum)" if b_star else f"B ≈ {num(b_crit)} envs"
         data["suggested_num_envs"] = b_star or b_crit
         evidence += f" — above the critical batch: try {target} (≈ {num(cost / 2.0)}x fewer env steps)"
     if measured is None:
-        return Row("critical_batch", evidence + " — online estimate only: not yet validated as a verdict "
-                   "(5-8x below the sweep on pointmass_reach); run `tclock sweep` to measure B_crit",
-                   BATCH_THRESHOLD, "info", data=data)
+        return Row("critical_batch", evidence + " — online estimate only, not validated as a verdict (5-8x below "
+                   "the sweep's B_crit on pointmass_reach, so no advice from it); run `tclock sweep` to measure "
+                   "B_crit", BATCH_THRESHOLD, "info", data=data)
     return Row("critical_batch", evidence, BATCH_THRESHOLD, verdict, data=data)
 
 

@@ -482,7 +482,8 @@ def test_online_estimate_alone_is_reported_not_judged(tmp_path, seed):
     not validated as a verdict yet, so a normal run is never flagged on it."""
     report = diagnose(noisy_run(tmp_path, "alone", num_envs=1024, b_crit=100.0, seed=seed))
     row = report.row("critical_batch")
-    assert row.verdict == "info" and row.data["class"] == "above" and "not yet validated" in row.value
+    assert row.verdict == "info" and row.data["class"] == "above" and "not validated" in row.value
+    assert "try B" not in row.value and "suggested_num_envs" not in row.data  # no advice the validation lacks
     assert 55 < row.data["b_crit_online_envs"] < 200  # the windowed ratio, not one noisy estimate
     assert report.exit_code == 0
 

@@ -30,7 +30,7 @@ BASE = dict(env=NAME, unroll_length=8, num_minibatches=2, num_epochs=1, seeds=1,
             value_hidden=(16,), gdc_every=0, total_steps=16 * 8 * 6, target_success=0.05, progress=False)
 FLAGS = ["--env", NAME, "--unroll-length", "8", "--num-minibatches", "2", "--num-epochs", "1", "--seeds", "1",
          "--policy-hidden", "16", "--value-hidden", "16", "--gdc-every", "0", "--total-steps", str(16 * 8 * 6),
-         "--target-success", "0.05", "--no-progress"]
+         "--target-success", "0.05", "--no-progress", "--no-noise-split"]  # = BASE (the CLI sweep turns it on)
 
 
 def test_a_diverging_batch_size_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
