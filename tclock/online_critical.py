@@ -19,6 +19,8 @@ from collections import deque
 
 import numpy as np
 
+from tclock.runlog import seed_matrix
+
 ONLINE_KEY = "b_crit_online_envs"
 # (trace key, signal key) per source, in order of preference: the noise of a whole learning phase
 # (tclock.agents.actor_critic.split_update_noise), then the gradient noise per env (env_group_noise).
@@ -73,15 +75,13 @@ def run_estimate(records: list[dict], source: str | None = None, until_iteration
     """One run's estimate in envs: the seed median of ``sum(trace) / sum(signal)`` over every
     estimate of ``source`` (default: the preferred one logged) up to ``until_iteration``
     (all when None); NaN when nothing usable was logged."""
-    from tclock.runlog import seed_matrix as matrix
-
     keys = set().union(*(r.keys() for r in records)) if records else set()
     source = source or source_of(keys)
     if source is None or SOURCES[source][0] not in keys:
         return float("nan")
     trace_key, signal_key = SOURCES[source]
-    its, trace = matrix(records, trace_key)
-    _, signal = matrix(records, signal_key)
+    its, trace = seed_matrix(records, trace_key)
+    _, signal = seed_matrix(records, signal_key)
     if until_iteration is not None and np.isfinite(until_iteration):
         keep = its <= until_iteration
         trace, signal = trace[keep], signal[keep]

@@ -1,29 +1,13 @@
 """A batch size that diverges is recorded as failed and the sweep goes on; a later run of the
 sweep keeps it failed unless --retry-failed; train and sweep exit 3 (README's exit codes)."""
-import jax.numpy as jnp
+
+from nan_env import NanAfter40
 
 from tclock import cli, envs, runlog
 from tclock.config import TrainConfig
-from tclock.envs.tasks import PointMass
 from tclock.sweep import SweepSpec, run_sweep
 
 NAME = "test_sweep_nan_after_40"
-
-
-class NanAfter40(PointMass):
-    """Observations turn to NaN after 40 steps: with 8-step rollouts, iteration 6 diverges, so
-    at a fixed env-step budget of 6 iterations at B=16 only B=16 gets there (B=32 runs 3)."""
-
-    def reset(self, rng):
-        state = super().reset(rng)
-        state.info["t"] = jnp.zeros(())
-        return state
-
-    def step(self, state, action):
-        t = state.info["t"] + 1
-        state = super().step(state, action)
-        state.info["t"] = t
-        return state.replace(obs=jnp.where(t > 40, jnp.nan, state.obs))
 
 
 BASE = dict(env=NAME, unroll_length=8, num_minibatches=2, num_epochs=1, seeds=1, policy_hidden=(16,),

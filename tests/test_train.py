@@ -5,13 +5,12 @@ import subprocess
 import sys
 import time
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
+from nan_env import NanAfter40
 
 from tclock import envs, runlog
 from tclock.config import TrainConfig
-from tclock.envs.tasks import PointMass
 from tclock.loop import TrainingDiverged, train
 
 TIMING_KEYS = {"wall_s", "rt_s", "learn_s", "ut_s", "rt_ut_ratio", "rt_ut_ratio_w50", "compile_s"}
@@ -121,23 +120,8 @@ def test_existing_run_is_not_overwritten_without_flag(tmp_path):
         train(small_cfg(out, total_steps=512 * 4, num_epochs=3), resume=True)
 
 
-class NanAfter(PointMass):
-    """A pointmass whose observations turn to NaN after 40 steps."""
-
-    def reset(self, rng):
-        state = super().reset(rng)
-        state.info["t"] = jnp.zeros(())
-        return state
-
-    def step(self, state, action):
-        t = state.info["t"] + 1
-        state = super().step(state, action)
-        state.info["t"] = t
-        return state.replace(obs=jnp.where(t > 40, jnp.nan, state.obs))
-
-
 def test_nan_stops_run_and_keeps_last_good_checkpoint(tmp_path):
-    envs.register("test_nan_after_40", NanAfter, episode_length=1000, overwrite=True)
+    envs.register("test_nan_after_40", NanAfter40, episode_length=1000, overwrite=True)
     cfg = small_cfg(tmp_path / "nan", env="test_nan_after_40", unroll_length=8, total_steps=32 * 8 * 20,
                     checkpoint_every=2, gdc_every=0)
     with pytest.raises(TrainingDiverged, match="iteration 6"):
