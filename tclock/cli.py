@@ -134,7 +134,7 @@ def cmd_sweep(args) -> int:
     defaults = {k: v for k, v in SWEEP_DEFAULTS.items() if k not in given | from_file}
     base = config_from_args(args, extra=None, defaults=defaults)
     spec = SweepSpec(batch_sizes=tuple(args.batch_sizes), budget=args.budget, minibatch=args.minibatch,
-                     minibatch_size=args.minibatch_size, devices=args.devices)
+                     minibatch_size=args.minibatch_size, devices=args.devices, lrs=tuple(args.lrs or ()))
     summary = run_sweep(base, spec, base.out, progress=base.progress, retry_failed=args.retry_failed)
     diverged = [r["num_envs"] for r in summary["incomplete"] if r.get("diverged")]
     if diverged:
@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fixed across the sweep: num_minibatches or --minibatch-size transitions (default: count)")
     p.add_argument("--minibatch-size", type=int, default=0, help="transitions per minibatch with --minibatch size")
     p.add_argument("--devices", type=int, default=0, help="JAX devices to spread batch sizes over (0 = all)")
+    p.add_argument("--lrs", nargs="+", type=float, default=None,
+                   help="learning rates of a B x lr grid (e.g. 1e-4 3e-4 1e-3): one run per pair, B_crit fitted on "
+                        "the best lr at each B (default: every B at --lr)")
     p.add_argument("--retry-failed", action="store_true",
                    help="train batch sizes that diverged in an earlier run of this sweep again (default: keep them "
                         "as failed)")

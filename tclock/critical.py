@@ -35,8 +35,8 @@ import numpy as np
 
 from tclock import thresholds
 
-__all__ = ["CriticalFit", "BootstrapResult", "LinearTimeFit", "TargetHit", "fit_steps_to_target",
-           "bootstrap_b_crit", "fit_linear_time", "wallclock_optimum", "gdc_cliff", "b_simple_to_envs",
+__all__ = ["CriticalFit", "BootstrapResult", "TunedBootstrap", "LinearTimeFit", "TargetHit", "fit_steps_to_target",
+           "bootstrap_b_crit", "tuned_medians", "bootstrap_tuned_b_crit", "fit_linear_time", "wallclock_optimum", "gdc_cliff", "b_simple_to_envs",
            "rt_ut_crossings", "steps_to_target"]
 
 
@@ -279,6 +279,86 @@ def bootstrap_b_crit(
     alpha = (1.0 - ci) / 2.0
     low, high = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
     return BootstrapResult(float(low), float(high), float(point), float(frac))
+
+
+def tuned_medians(steps_per_seed) -> tuple[np.ndarray, np.ndarray]:
+    """Per batch size, the best learning rate's median steps to target (McCandlish's definition:
+    the step size tuned at each B).
+
+    ``steps_per_seed``: ``[n_lr, n_b, n_seeds]``, inf = the seed did not reach, NaN = no such seed
+    (or no such run).  Returns ``(medians [n_b], best [n_b])``: the smallest per-lr median at each
+    B (inf when no lr's median reached, NaN when no lr was run) and the index of that lr (-1 then).
+    Ties go to the smaller index (the grid's lrs ascend, so the smaller lr).
+    """
+    sp = _float_array(steps_per_seed, "steps_per_seed")
+    if sp.ndim != 3:
+        raise ValueError(f"steps_per_seed must be [n_lr, n_b, n_seeds], got shape {sp.shape}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        med = np.nanmedian(sp, axis=2)  # [n_lr, n_b]; NaN where the run is absent
+    ranked = np.where(np.isnan(med), np.inf, med)
+    best = np.argmin(ranked, axis=0)
+    out = ranked[best, np.arange(med.shape[1])]
+    ran = ~np.all(np.isnan(med), axis=0)
+    reached = np.isfinite(out)
+    return np.where(ran, out, np.nan), np.where(ran & reached, best, -1)
+
+
+class TunedBootstrap(NamedTuple):
+    """:func:`bootstrap_tuned_b_crit`: the B_crit interval (as :class:`BootstrapResult`) and, per
+    batch size, how often each lr was the best one across the resamples (``[n_b, n_lr]``
+    fractions; a row sums to the share of resamples in which some lr reached)."""
+
+    b_crit: BootstrapResult
+    best_lr_frequency: np.ndarray
+
+
+def bootstrap_tuned_b_crit(
+    batch_sizes: Sequence[float],
+    steps_per_seed,
+    unroll_length: float,
+    n_boot: int = 1000,
+    ci: float = 0.9,
+    rng=0,
+    weighting: str = "relative",
+) -> TunedBootstrap:
+    """Bootstrap of the lr-tuned ``B_crit`` from a B x lr grid.
+
+    ``steps_per_seed``: ``[n_lr, n_b, n_seeds]`` (inf = not reached, NaN = no seed).  Each resample
+    draws seeds with replacement independently in every (lr, B) cell, takes each cell's median,
+    keeps at each B the best lr's median (:func:`tuned_medians`; the selection is inside the
+    resample, so its optimism is part of the interval) and fits :func:`fit_steps_to_target`.
+    The point estimate is the fit on the un-resampled tuned medians.
+    """
+    t = _check_unroll(unroll_length)
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    if int(n_boot) < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    b = _float_array(batch_sizes, "batch_sizes").reshape(-1)
+    sp = _float_array(steps_per_seed, "steps_per_seed")
+    if sp.ndim != 3 or sp.shape[1] != b.size:
+        raise ValueError(f"steps_per_seed must be [n_lr, n_batch_sizes={b.size}, n_seeds], got {sp.shape}")
+    n_lr, n_b, n_seeds = sp.shape
+    gen = np.random.default_rng(rng)
+    point = _b_crit_or_nan(b, tuned_medians(sp)[0], t, weighting)
+    fits = np.full(int(n_boot), np.nan)
+    counts = np.zeros((n_b, n_lr))
+    for i in range(int(n_boot)):
+        idx = gen.integers(0, n_seeds, size=(n_lr, n_b, n_seeds))
+        draw = np.take_along_axis(sp, idx, axis=2)
+        med, best = tuned_medians(draw)
+        fits[i] = _b_crit_or_nan(b, med, t, weighting)
+        ok = best >= 0
+        counts[np.arange(n_b)[ok], best[ok]] += 1
+    good = fits[np.isfinite(fits)]
+    if good.size == 0:
+        result = BootstrapResult(float("nan"), float("nan"), float(point), 0.0)
+    else:
+        alpha = (1.0 - ci) / 2.0
+        low, high = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
+        result = BootstrapResult(float(low), float(high), float(point), float(good.size / fits.size))
+    return TunedBootstrap(result, counts / int(n_boot))
 
 
 # --------------------------------------------------------------------------- timing

@@ -13,6 +13,10 @@ What stays fixed across batch sizes (the answer depends on it, so it is a choice
   ``minibatch="size"``: the minibatch holds ``minibatch_size`` transitions at every B.
 * the base config's ``lr_scaling`` (``none`` | ``sqrt`` | ``linear`` in ``B / lr_base_envs``)
   co-scales the learning rate with the batch.
+* ``lrs``: empty (default) runs every B at the base ``lr``; a list of learning rates makes a
+  B x lr grid (``tclock sweep --lrs 1e-4 3e-4 1e-3``), one run directory per pair
+  (``B0064_lr3e-04``), and the report fits B_crit on the best lr at each B
+  (:mod:`tclock.sweep_lr`) with each lr's own fit beside it.
 
 Devices: batch-size configs are spread over the available JAX devices, one config per
 device at a time (a worker thread per device, state committed to its device, programs
@@ -29,6 +33,7 @@ lists it under the incomplete runs.  Running the sweep again does not retrain it
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +44,7 @@ import yaml
 
 from tclock import runlog
 from tclock.config import SWEEP_MAY_CHANGE, ConfigError, TrainConfig, config_differences, validate
+from tclock.sweep_lr import lr_key
 
 DEFAULT_BATCH_SIZES = (32, 64, 128, 256, 512, 1024)
 
@@ -50,6 +56,7 @@ class SweepSpec:
     minibatch: str = "count"  # count | size
     minibatch_size: int = 0  # transitions, for minibatch="size"
     devices: int = 0  # 0: every available device
+    lrs: tuple = ()  # learning rates of a B x lr grid; empty: the base config's lr only
 
     def validate(self) -> "SweepSpec":
         sizes = list(self.batch_sizes)
@@ -64,22 +71,35 @@ class SweepSpec:
                 raise ConfigError(f"{name}: {getattr(self, name)!r} is not one of {', '.join(choices)}")
         if self.minibatch == "size" and self.minibatch_size <= 0:
             raise ConfigError("minibatch_size: with --minibatch size give a positive --minibatch-size (transitions)")
+        lrs = [float(x) for x in self.lrs]
+        if any(not (x > 0 and math.isfinite(x)) for x in lrs):
+            raise ConfigError(f"lrs: every learning rate must be a positive number, got {lrs}")
+        if len(set(lrs)) != len(lrs):
+            raise ConfigError(f"lrs: {lrs} has duplicates; list each learning rate once")
+        self.lrs = tuple(sorted(lrs))
         if self.devices < 0:
             raise ConfigError(f"devices: must be >= 0 (0 = all), got {self.devices}")
         self.batch_sizes = tuple(sorted(int(b) for b in sizes))
         return self
 
 
-def run_name(batch_size: int) -> str:
-    return f"B{batch_size:04d}"
+def run_name(batch_size: int, lr: float | None = None) -> str:
+    """``B0064``, or in a B x lr grid ``B0064_lr3e-04``."""
+    return f"B{batch_size:04d}" + ("" if lr is None else f"_lr{lr_key(lr)}")
+
+
+def _grid(base: TrainConfig, spec: SweepSpec) -> list[tuple[int, float | None]]:
+    return [(b, lr) for b in spec.batch_sizes for lr in (spec.lrs or (None,))]
 
 
 def sweep_configs(base: TrainConfig, spec: SweepSpec, out: str | Path) -> list[TrainConfig]:
     """One validated config per batch size; every size is checked before anything compiles."""
     spec.validate()
     configs = []
-    for b in spec.batch_sizes:
-        changes = {"num_envs": b, "out": str(Path(out) / run_name(b)), "progress": False}
+    for b, lr in _grid(base, spec):
+        changes = {"num_envs": b, "out": str(Path(out) / run_name(b, lr)), "progress": False}
+        if lr is not None:
+            changes["lr"] = lr
         if spec.budget == "iterations":
             iterations = max(1, base.total_steps // (base.num_envs * base.unroll_length))
             changes["total_steps"] = iterations * b * base.unroll_length
@@ -94,7 +114,7 @@ def sweep_configs(base: TrainConfig, spec: SweepSpec, out: str | Path) -> list[T
         try:
             validate(cfg)
         except ConfigError as e:
-            raise ConfigError(f"batch size {b}: {e}") from None
+            raise ConfigError(f"batch size {b}" + ("" if lr is None else f", lr {lr:g}") + f": {e}") from None
         configs.append(cfg)
     return configs
 
@@ -109,6 +129,7 @@ class _SweepProgress:
 
     def __init__(self, configs: list[TrainConfig], enabled: bool):
         self.lock = threading.Lock()
+        self.grid = len({c.lr for c in configs}) > 1
         self.bar = None
         if enabled:
             from tqdm.auto import tqdm
@@ -119,11 +140,12 @@ class _SweepProgress:
 
     def callback(self, cfg: TrainConfig) -> Callable[[dict], None]:
         step = cfg.transitions_per_rollout * cfg.seeds
+        grid = self.grid
 
         def on_iteration(record: dict) -> None:
             if self.bar is not None:
                 with self.lock:
-                    self.bar.set_description_str(f"sweep B={cfg.num_envs}")
+                    self.bar.set_description_str(f"sweep B={cfg.num_envs}" + (f" lr={cfg.lr:g}" if grid else ""))
                     self.bar.update(step)
 
         return on_iteration
@@ -192,19 +214,21 @@ def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: boo
     out.mkdir(parents=True, exist_ok=True)
     record = {"spec": dataclasses.asdict(spec), "base": base.to_dict(), "devices": [str(d) for d in devices]}
     record["spec"]["batch_sizes"] = list(spec.batch_sizes)
+    record["spec"]["lrs"] = list(spec.lrs)
     runlog.write_text(out / "sweep.yaml", yaml.safe_dump(runlog.to_jsonable(record), sort_keys=False))
-    announce(f"sweep: {len(configs)} batch sizes {list(spec.batch_sizes)} x {base.seeds} seeds on "
+    grid = f" x {len(spec.lrs)} learning rates {[lr_key(x) for x in spec.lrs]}" if spec.lrs else ""
+    announce(f"sweep: {len(spec.batch_sizes)} batch sizes {list(spec.batch_sizes)}{grid} x {base.seeds} seeds on "
              f"{len(devices)} device(s) -> {out}")
 
     bar = _SweepProgress(configs, progress)
     stop = threading.Event()
-    outcomes: dict[int, str] = {}
+    outcomes: dict = {}  # B, or (B, lr) in a grid -> what happened
     try:
         if len(devices) == 1:
             for cfg in configs:
-                outcomes[cfg.num_envs] = _run_one(cfg, devices[0], bar, stop, retry_failed)
+                outcomes[_label(cfg, spec)] = _run_one(cfg, devices[0], bar, stop, retry_failed)
         else:
-            _run_on_devices(configs, devices, bar, stop, outcomes, retry_failed)
+            _run_on_devices(configs, devices, bar, stop, outcomes, spec, retry_failed)
     finally:
         bar.close()
     for outcome, message in (("skipped", "skipped finished runs"),
@@ -212,7 +236,7 @@ def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: boo
                              ("kept failed", "not retrained, diverged before (--retry-failed trains them again)")):
         sizes = sorted(b for b, o in outcomes.items() if o == outcome)
         if sizes:
-            announce(f"{message}: B={sizes}")
+            announce(f"{message}: " + ("(B, lr)=" if spec.lrs else "B=") + f"{sizes}")
     from tclock.sweep_report import format_summary, summarize_sweep
 
     summary = summarize_sweep(out)
@@ -220,7 +244,11 @@ def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: boo
     return summary
 
 
-def _run_on_devices(configs, devices, bar, stop, outcomes, retry_failed: bool = False) -> None:
+def _label(cfg: TrainConfig, spec: SweepSpec):
+    return (cfg.num_envs, cfg.lr) if spec.lrs else cfg.num_envs
+
+
+def _run_on_devices(configs, devices, bar, stop, outcomes, spec: SweepSpec, retry_failed: bool = False) -> None:
     """Config i runs on device i mod n (a deterministic placement), one at a time per device."""
     errors: list[BaseException] = []
 
@@ -229,7 +257,7 @@ def _run_on_devices(configs, devices, bar, stop, outcomes, retry_failed: bool = 
             if stop.is_set():
                 return
             try:
-                outcomes[cfg.num_envs] = _run_one(cfg, device, bar, stop, retry_failed)
+                outcomes[_label(cfg, spec)] = _run_one(cfg, device, bar, stop, retry_failed)
             except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
                 errors.append(e)
                 stop.set()

@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from tclock import critical, online_critical, runlog, thresholds
+from tclock import critical, online_critical, runlog, sweep_lr, thresholds
 from tclock.runlog import RunFormatError, nanmean_rows, seed_matrix
 
 __all__ = ["UNITS", "SMOOTHING", "as_float", "smoothing_window", "discover_runs", "summarize_run",
@@ -228,6 +228,7 @@ def summarize_run(name: str, records: list[dict], config: dict, state: str, targ
               for src in online_critical.SOURCES for span in ("run", "to_target")}
     return {
         "run": name, "num_envs": B, "unroll_length": T, "state": state, "complete": state == "finished",
+        "lr": as_float(config.get("lr")), "lr_scaling": str(config.get("lr_scaling", "none")),
         "seeds": int(n_seeds),
         "iterations": int(np.nanmax(iters)) if len(records) else 0,
         "env_steps": float(np.nanmax(iters)) * B * T if len(records) else 0.0,
@@ -302,8 +303,11 @@ def _read_run(run_dir: Path, target: float | None, metric: str, smooth_steps: fl
 
 
 # --------------------------------------------------------------------------- across batch sizes
-def _fit_b_crit(rows: list[dict], notes: list[str], n_boot: int, ci: float, rng) -> tuple[dict | None, str]:
-    """The S(B) fit with its bootstrap CI (a dict, or None) and the fit note."""
+def _fit_b_crit(rows: list[dict], notes: list[str], n_boot: int, ci: float, rng,
+                tuned: critical.BootstrapResult | None = None) -> tuple[dict | None, str]:
+    """The S(B) fit with its bootstrap CI (a dict, or None) and the fit note; ``tuned``: the
+    interval of a B x lr grid (:func:`tclock.critical.bootstrap_tuned_b_crit`) used instead of
+    resampling these rows alone."""
     Bs = np.array([r["num_envs"] for r in rows], dtype=float)
     med_s = np.array([r["steps_to_target"]["median"] for r in rows], dtype=float)
     t_values = sorted({r["unroll_length"] for r in rows})
@@ -326,7 +330,7 @@ def _fit_b_crit(rows: list[dict], notes: list[str], n_boot: int, ci: float, rng)
     for i, r in enumerate(rows):
         ps = np.array(r["steps_to_target"]["per_seed"], dtype=float)
         sp[i, : ps.size] = np.where(np.isfinite(ps), ps, np.inf)
-    boot = critical.bootstrap_b_crit(Bs, sp, T, n_boot=n_boot, ci=ci, rng=rng)
+    boot = tuned if tuned is not None else critical.bootstrap_b_crit(Bs, sp, T, n_boot=n_boot, ci=ci, rng=rng)
     fit.update({"ci_low": boot.low, "ci_high": boot.high, "ci_level": ci,
                 "bootstrap_success_fraction": boot.success_fraction, "n_boot": int(n_boot)})
     if boot.success_fraction < 0.9:
@@ -369,11 +373,13 @@ def fit_trust(fit: dict | None, rows: list[dict]) -> tuple[bool, list[str]]:
     return not why, why
 
 
-def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: float = 0.9, rng: Any = 0) -> dict:
-    """The across-B part of :func:`summarize` (from ``runs`` to ``notes``) for rows sorted by B."""
+def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: float = 0.9, rng: Any = 0,
+                 tuned: critical.BootstrapResult | None = None) -> dict:
+    """The across-B part of :func:`summarize` (from ``runs`` to ``notes``) for rows sorted by B
+    (one lr, or with ``tuned`` the best lr's row at each B of a grid)."""
     Bs = np.array([r["num_envs"] for r in rows], dtype=float)
     not_reached = [r["num_envs"] for r in rows if not np.isfinite(r["steps_to_target"]["median"])]
-    fit, fit_note = _fit_b_crit(rows, notes, n_boot, ci, rng)
+    fit, fit_note = _fit_b_crit(rows, notes, n_boot, ci, rng, tuned)
     b_crit = fit["b_crit"] if fit else math.nan
     gdc = [r["gdc_mean"] for r in rows]
     cliff = critical.gdc_cliff(Bs.astype(int), gdc, thresholds.GDC_LOW) if rows else None
@@ -389,9 +395,14 @@ def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: flo
                      "each S can be up to k-1 iterations late (about (k-1)/2 on a locally linear curve), "
                      "more at small B, which biases B_crit upwards; compare with smooth_steps=0")
     trusted, distrust = fit_trust(fit, rows)
+    limited = sweep_lr.step_size_limited(rows) if tuned is None else None
+    if limited is not None:
+        distrust.append(f"E rises as B falls (B={limited['num_envs']}: {limited['rise']:.1f}x the env steps of "
+                        f"B={limited['best_num_envs']}): the small-B points look step-size-limited")
+        trusted = False
     return {
         "runs": rows, "not_reached": not_reached, "fit": fit, "fit_note": fit_note, "b_crit": b_crit,
-        "b_crit_trusted": trusted, "b_crit_distrust": distrust,
+        "b_crit_trusted": trusted, "b_crit_distrust": distrust, "step_size_limited": limited,
         "b_crit_transitions": fit["b_crit_transitions"] if fit else math.nan,
         "b_crit_ci": [fit["ci_low"], fit["ci_high"]] if fit and np.isfinite(fit["ci_low"]) else None,
         "r2": fit["r2"] if fit else math.nan,
@@ -402,6 +413,28 @@ def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: flo
         "time_fit": time_fit, "b_star": b_star, "b_best_measured": b_best, "best_wall_s": best_wall,
         "notes": notes,
     }
+
+
+def _analyse_grid(rows: list[dict], notes: list[str], n_boot: int, ci: float, rng: Any) -> dict:
+    """A B x lr grid: the fit on the best lr at each B (McCandlish's definition, the selection
+    inside the bootstrap) as the sweep's B_crit, one fixed-lr analysis per lr beside it
+    (``lr_grid``, :func:`tclock.sweep_lr.analyse_grid`)."""
+    by_lr = sweep_lr.split_by_lr(rows)
+    fixed = {lr: analyse_runs(rs, [], n_boot=n_boot, ci=ci, rng=rng) for lr, rs in by_lr.items()}
+    batch_sizes = sorted({r["num_envs"] for r in rows})
+    t_values = sorted({r["unroll_length"] for r in rows})
+    boot = critical.bootstrap_tuned_b_crit(batch_sizes, sweep_lr.grid_steps(by_lr, batch_sizes), t_values[0],
+                                           n_boot=n_boot, ci=ci, rng=rng) if len(t_values) == 1 else None
+    frequency = boot.best_lr_frequency if boot else np.zeros((len(batch_sizes), len(by_lr)))
+    section, tuned_rows = sweep_lr.analyse_grid(rows, frequency, fixed)
+    across = analyse_runs(tuned_rows, notes, n_boot=n_boot, ci=ci, rng=rng,
+                          tuned=boot.b_crit if boot else None)
+    if section["edge"]:
+        sides = ", ".join(f"B={e['num_envs']} ({e['side']})" for e in section["edge"])
+        across["b_crit_distrust"].append(f"the best lr is at the edge of the grid at {sides}; widen --lrs there")
+        across["b_crit_trusted"] = False
+    across["lr_grid"] = section
+    return across
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -449,14 +482,19 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
         row = _read_run(run_dir, target, metric, smooth_steps, include_incomplete, incomplete, notes)
         if row is not None:
             rows.append(row)
-    rows.sort(key=lambda r: r["num_envs"])
-    seen: dict[int, str] = {}
+    rows.sort(key=lambda r: (r["num_envs"], r["lr"]))
+    seen: dict[tuple, str] = {}
     for r in rows:
-        if r["num_envs"] in seen:
-            raise RunFormatError(f"{seen[r['num_envs']]} and {r['run']} in {sweep_dir} both have num_envs="
-                                 f"{r['num_envs']}; keep one run per batch size")
-        seen[r["num_envs"]] = r["run"]
-    across = analyse_runs(rows, notes, n_boot=n_boot, ci=ci, rng=rng)
+        key = (r["num_envs"], r["lr"])
+        if key in seen:
+            raise RunFormatError(f"{seen[key]} and {r['run']} in {sweep_dir} both have num_envs={r['num_envs']} "
+                                 f"and lr={r['lr']}; keep one run per batch size (and learning rate)")
+        seen[key] = r["run"]
+    if len({r["lr"] for r in rows}) > 1:
+        across = _analyse_grid(rows, notes, n_boot, ci, rng)
+    else:
+        across = analyse_runs(rows, notes, n_boot=n_boot, ci=ci, rng=rng)
+        across["lr_grid"] = None
     targets = {r["target"] for r in rows}
     t_values = {r["unroll_length"] for r in rows}
     return {

@@ -12,6 +12,8 @@
   in envs against ``B_crit``.
 * ``sweep_rt_ut.png``: mean RT/UT per B with the risk and stall lines, and seconds per
   iteration with the fit ``t(B) = a + k*B``.
+* ``sweep_lr_heatmap.png`` (B x lr grids only): median env steps to target over (B, lr), log
+  colour, "x" where the median seed did not reach, the best lr per B circled.
 """
 from __future__ import annotations
 
@@ -226,12 +228,48 @@ def _plot_rt_ut(summary, records, path) -> Path | None:
     return save(fig, path)
 
 
+def _plot_lr_heatmap(summary, records, path) -> Path | None:
+    grid = summary.get("lr_grid")
+    if not grid:
+        return None
+    from matplotlib.colors import LogNorm
+
+    from tclock.sweep_lr import lr_key
+
+    lrs, sizes = grid["lrs"], grid["batch_sizes"]
+    e = np.full((len(lrs), len(sizes)), np.nan)
+    for c in grid["cells"]:
+        e[lrs.index(c["lr"]), sizes.index(c["num_envs"])] = as_float(c["env_steps_median"])
+    fig, axes = figure(1, 1, (1.6 + 1.1 * len(sizes), 1.6 + 0.8 * len(lrs)))
+    ax = axes[0, 0]
+    finite = e[np.isfinite(e)]
+    norm = LogNorm(vmin=finite.min(), vmax=finite.max()) if finite.size and finite.min() > 0 else None
+    im = ax.imshow(np.ma.masked_invalid(e), origin="lower", aspect="auto", cmap="viridis_r", norm=norm)
+    for i in range(len(lrs)):
+        for j in range(len(sizes)):
+            ax.text(j, i, fmt(e[i, j]) if np.isfinite(e[i, j]) else "x", ha="center", va="center", fontsize=8,
+                    color="white" if np.isfinite(e[i, j]) else "tab:red")
+    for b in grid["best_lr"]:
+        if b["lr"] is not None:
+            ax.scatter(sizes.index(b["num_envs"]), lrs.index(b["lr"]), s=900, facecolors="none",
+                       edgecolors="tab:red", linewidths=1.5)
+    ax.set_xticks(range(len(sizes)), [str(b) for b in sizes])
+    ax.set_yticks(range(len(lrs)), [lr_key(x) for x in lrs])
+    ax.set_xlabel("rollout batch size B (envs)")
+    ax.set_ylabel("learning rate")
+    fig.colorbar(im, ax=ax, label="median env steps per seed to target")
+    fig.suptitle(f"env steps to target over (B, lr) — {Path(summary['sweep_dir']).name} (circle: best lr per B)",
+                 fontsize=10)
+    return save(fig, path)
+
+
 _PLOTTERS = {
     "sweep_return_vs_steps.png": _plot_return_steps,
     "sweep_return_vs_wall.png": _plot_return_wall,
     "sweep_steps_to_target.png": _plot_steps_to_target,
     "sweep_gdc_bsimple.png": _plot_gdc_bsimple,
     "sweep_rt_ut.png": _plot_rt_ut,
+    "sweep_lr_heatmap.png": _plot_lr_heatmap,
 }
 FIGURES = tuple(_PLOTTERS)  # the file names, in the order they are written
 

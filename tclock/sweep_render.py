@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
 from tclock.sweep_analysis import as_float
+from tclock.sweep_lr import grid_command, lr_key
 from tclock.textfmt import fmt
 
-__all__ = ["Column", "COLUMNS", "table", "format_summary", "markdown_report", "fit_lines", "headline"]
+__all__ = ["Column", "COLUMNS", "table", "format_summary", "markdown_report", "fit_lines", "lr_lines", "headline"]
 
 
 class Column(NamedTuple):
@@ -40,6 +41,7 @@ def _batch(r: dict) -> str:
 
 COLUMNS: tuple[Column, ...] = (
     Column("num_envs", "B (envs)", "B envs", _batch),
+    Column("lr", "lr", "lr", lambda r: lr_key(r["lr"]) if math.isfinite(as_float(r.get("lr"))) else "—"),
     Column("smooth_k", "k (iters)", "k", lambda r: str(r["smooth_k"])),
     Column("reached", "seeds reached", "reached", lambda r: f"{r['n_reached']}/{r['seeds']}"),
     Column("steps", "S median (iterations)", "S iters", lambda r: fmt(r["steps_to_target"]["median"])),
@@ -126,9 +128,57 @@ def _b_crit_phrase(s: dict) -> str:
     ci_txt = f"{fit['ci_level']:.0%} CI {fmt(lo)}–{fmt(hi)}" if math.isfinite(as_float(lo)) else "CI n/a"
     phrase = f"critical batch size B_crit ≈ {fmt(fit['b_crit'])} envs ({ci_txt}), R² {fit['r2']:.2f}"
     if s.get("b_crit_trusted") is False:
-        phrase += (f" — NOT trustworthy ({'; '.join(s.get('b_crit_distrust') or [])}): rerun with more seeds, "
-                   "a longer --total-steps or more batch sizes before acting on it")
+        fix = (f"measure it with the lr tuned per B: {regrid_command(s)}" if s.get("step_size_limited")
+               else "rerun with more seeds, a longer --total-steps or more batch sizes before acting on it")
+        phrase += f" — NOT trustworthy ({'; '.join(s.get('b_crit_distrust') or [])}): {fix}"
     return phrase
+
+
+def regrid_command(s: dict) -> str:
+    """The grid command that resolves a step-size-limited fixed-lr sweep."""
+    lr = next((as_float(r["lr"]) for r in s["runs"] if math.isfinite(as_float(r.get("lr")))), 1e-3)
+    return grid_command(lr, s["batch_sizes"], f"{s['sweep_dir'].rstrip('/')}-lr")
+
+
+def _cell_text(c: dict) -> str:
+    e = fmt(c["env_steps_median"]) if math.isfinite(as_float(c["env_steps_median"])) else "not reached"
+    return f"{e} ({c['n_reached']}/{c['seeds']})"
+
+
+def lr_lines(s: dict) -> list[str]:
+    """The "Learning rate" section (markdown): a fixed-lr sweep's step-size warning with the
+    command that resolves it, or a grid's heat-map table, best lr per B and fixed-lr fits."""
+    grid = s.get("lr_grid")
+    if grid is None:
+        limited = s.get("step_size_limited")
+        if not limited:
+            return ["One learning rate for every B; E does not rise as B falls, so nothing here says the "
+                    "small-B points are step-size-limited (the lr is not tuned per B: McCandlish's B_crit tunes it)."]
+        return [f"**Warning: E rises as B falls** below B={limited['best_num_envs']} (B={limited['num_envs']} needs "
+                f"{fmt(limited['rise'])}x the env steps of B={limited['best_num_envs']}; flagged: B={limited['limited']}). "
+                f"S(B) = S_min + c/B cannot produce that: at one lr for every B the small-B points look "
+                f"step-size-limited, and the fit mixes the step size with the batch. Resolve it with "
+                f"`{regrid_command(s)}`."]
+    lrs = grid["lrs"]
+    cells = {(c["num_envs"], c["lr"]): c for c in grid["cells"]}
+    head = ["B (envs)"] + [f"lr {lr_key(lr)}" for lr in lrs] + ["best lr", "best-lr range (≥5% of resamples)"]
+    rows = []
+    for b in grid["best_lr"]:
+        rows.append([str(b["num_envs"])]
+                    + [_cell_text(cells[(b["num_envs"], lr)]) if (b["num_envs"], lr) in cells else "—" for lr in lrs]
+                    + [lr_key(b["lr"]) if b["lr"] else "none reached",
+                       f"{lr_key(b['lr_low'])}–{lr_key(b['lr_high'])}" if b["lr_low"] else "—"])
+    lines = ["B x lr grid: median env steps per seed to target (seeds reached). The critical batch size above is "
+             "fitted on the best lr at each B (McCandlish's definition; the choice is redone in every bootstrap "
+             "resample, so its optimism is inside the CI).", ""] + _md_table(head, rows) + ["", "Fixed-lr fits beside it:", ""]
+    for key, f in grid["fixed"].items():
+        ci = f["b_crit_ci"]
+        trust = "trusted" if f["trusted"] else "not trusted: " + "; ".join(f["distrust"])
+        lines.append(f"- lr {key}: B_crit {fmt(f['b_crit'])} envs"
+                     + (f" (CI {fmt(ci[0])}–{fmt(ci[1])})" if ci else "") + f", R² {fmt(f['r2'])}; {trust}")
+    for e in grid["edge"]:
+        lines.append(f"- at B={e['num_envs']} the best lr is the grid's {e['side']} ({lr_key(e['lr'])}): widen --lrs")
+    return lines
 
 
 def headline(s: dict) -> str:
@@ -171,6 +221,7 @@ def markdown_report(summary: dict) -> str:
     if summary["not_reached"]:
         lines += [f"Target not reached (median over seeds) at B = {summary['not_reached']}.", ""]
     lines += ["## Critical batch size", ""] + fit_lines(summary) + [""]
+    lines += ["## Learning rate", ""] + lr_lines(summary) + [""]
     if summary["incomplete"]:
         lines += ["## Incomplete runs", ""]
         for r in summary["incomplete"]:
@@ -200,6 +251,8 @@ def format_summary(summary: dict) -> str:
             lines.append("  ".join("-" * w for w in widths))
     lines.append("")
     lines += [ln.replace("**", "") for ln in fit_lines(summary)]
+    if summary.get("lr_grid") or summary.get("step_size_limited"):
+        lines += [""] + [ln.replace("**", "").replace("`", "") for ln in lr_lines(summary)]
     for r in summary["incomplete"]:
         lines.append(f"incomplete: {r['run']} (B={r['num_envs']}): {r['reason']}"
                      + (" [included]" if r["used"] else " [not used]"))

@@ -65,6 +65,33 @@ def test_tiny_sweep_writes_everything_and_resume_skips(tmp_path):
     assert len(runlog.read_metrics(out / "B0032")) == 3
 
 
+@pytest.mark.slow
+def test_lr_grid_writes_one_run_per_pair_and_resumes(tmp_path):
+    out = tmp_path / "grid"
+    spec = SweepSpec(batch_sizes=(16,), lrs=(1e-3, 3e-4))
+    messages = []
+    summary = run_sweep(TrainConfig(**BASE), spec, out, progress=False, announce=messages.append)
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["B0016_lr1e-03", "B0016_lr3e-04"]
+    assert [runlog.read_config(out / n)["lr"] for n in ("B0016_lr3e-04", "B0016_lr1e-03")] == [3e-4, 1e-3]
+    assert summary["lr_grid"]["lrs"] == [3e-4, 1e-3] and len(summary["lr_grid"]["cells"]) == 2
+    assert "x 2 learning rates ['3e-04', '1e-03']" in messages[0]
+    before = (out / "B0016_lr3e-04" / "metrics.jsonl").read_text()
+    status = runlog.read_status(out / "B0016_lr1e-03")
+    runlog.write_json(out / "B0016_lr1e-03" / "status.json", {**status, "state": "interrupted"})
+    messages.clear()
+    run_sweep(TrainConfig(**BASE), spec, out, progress=False, announce=messages.append)
+    assert any("skipped finished runs: (B, lr)=[(16, 0.0003)]" in m for m in messages), messages
+    assert (out / "B0016_lr3e-04" / "metrics.jsonl").read_text() == before
+    assert runlog.read_status(out / "B0016_lr1e-03")["state"] == "finished"
+
+
+def test_bad_learning_rates_rejected(tmp_path):
+    for lrs, match in (((1e-3, -1e-4), "positive"), ((1e-3, 1e-3), "duplicates")):
+        with pytest.raises(ConfigError, match=f"lrs: .*{match}"):
+            sweep_configs(TrainConfig(**BASE), SweepSpec(batch_sizes=(16,), lrs=lrs), tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
 SWEEP_SCRIPT = r"""
 import json, sys, warnings
 warnings.filterwarnings("ignore")

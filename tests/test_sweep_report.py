@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tclock import critical, runlog, sweep_report
+from tclock import critical, runlog, sweep_report, thresholds
 from tclock.runlog import RunFormatError, RunWriter
 from tclock.sweep_analysis import smoothing_window
 from tclock.sweep_report import format_summary, summarize_sweep
@@ -43,14 +43,16 @@ def seed_steps(B: int, n_seeds: int = 3, rng=None) -> list[int]:
 
 
 def write_run(root: Path, B: int, steps: list[float], *, state: str = "finished", n_iter: int | None = None,
-              target: float = 0.5, diag: bool = True, clocks: bool = True, curve=None) -> Path:
+              target: float = 0.5, diag: bool = True, clocks: bool = True, curve=None, lr: float = 1e-3,
+              name: str | None = None) -> Path:
     """One run directory; ``steps[j]`` = iteration at which seed j's ramp crosses 0.5 (NaN = never)."""
     n_seeds = len(steps)
     finite = [s for s in steps if math.isfinite(s)]
     n_iter = n_iter or int(max(finite, default=40) + 2 * RAMP)
     cfg = {"env": "reach_sparse", "algo": "ppo", "num_envs": B, "unroll_length": T, "seeds": n_seeds,
-           "target_success": target, "gdc_every": 5}
-    w = RunWriter(root / f"B{B:04d}", cfg)
+           "target_success": target, "gdc_every": 5, "lr": lr}
+    name = name or f"B{B:04d}"
+    w = RunWriter(root / name, cfg)
     it_s = A + K * B
     for i in range(1, n_iter + 1):
         if curve is not None:
@@ -68,7 +70,7 @@ def write_run(root: Path, B: int, steps: list[float], *, state: str = "finished"
         w.log(rec)
     w.mark(state)
     w.close()
-    return root / f"B{B:04d}"
+    return root / name
 
 
 def make_sweep(root: Path, batches=BATCHES, **kw) -> dict[int, list[int]]:
@@ -236,8 +238,9 @@ def test_default_smoothing_k_per_batch_size(tmp_path):
 def test_every_file_written(tmp_path):
     make_sweep(tmp_path)
     s = summarize_sweep(tmp_path, smooth_steps=0)
-    assert s["figures"] == list(sweep_report.FIGURES)
-    for name in sweep_report.FIGURES:
+    one_lr = [f for f in sweep_report.FIGURES if f != "sweep_lr_heatmap.png"]  # the heat map needs a grid
+    assert s["figures"] == one_lr
+    for name in one_lr:
         data = (tmp_path / name).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 5000, name
     assert not list(tmp_path.glob(".*.tmp"))
@@ -246,16 +249,16 @@ def test_every_file_written(tmp_path):
         "sweep_dir", "metric", "target", "smooth_steps", "smoothing", "unroll_length", "units",
         "include_incomplete", "batch_sizes", "incomplete", "runs", "not_reached", "fit", "fit_note", "b_crit",
         "b_crit_transitions", "b_crit_ci", "r2", "gdc_threshold", "gdc_cliff", "b_simple_envs",
-        "b_simple_transitions", "b_crit_online_envs", "b_crit_trusted", "b_crit_distrust", "time_fit", "b_star", "b_best_measured", "best_wall_s", "notes", "headline",
+        "b_simple_transitions", "b_crit_online_envs", "b_crit_trusted", "b_crit_distrust", "step_size_limited", "lr_grid", "time_fit", "b_star", "b_best_measured", "best_wall_s", "notes", "headline",
         "figures"}
     assert js["b_crit"] == pytest.approx(s["b_crit"]) and js["headline"] == s["headline"]
-    assert js["figures"] == list(sweep_report.FIGURES)
+    assert js["figures"] == one_lr
     md = (tmp_path / "report.md").read_text()
     assert s["headline"] in md
     for header in ("B (envs)", "S median (iterations)", "E median (env steps/seed)", "wall median (s)",
                    "b_simple (envs)"):
         assert header in md
-    for name in sweep_report.FIGURES:
+    for name in one_lr:
         assert f"]({name})" in md
     assert "B_crit = " in md and "envs" in md
 
@@ -345,3 +348,96 @@ def test_a_clean_synthetic_sweep_is_trusted_and_a_poor_fit_is_not(tmp_path):
     ok, why = fit_trust(good, rows[2:])
     assert not ok and "only 1 batch sizes reached" in why[0]
     assert fit_trust(None, rows) == (False, ["no finite B_crit"])
+
+
+# --------------------------------------------------------------------------- the learning rate
+LRS = (1e-4, 3e-4, 1e-3, 3e-3)
+BEST_LR_INDEX = {32: 1, 64: 1, 128: 2, 256: 2, 512: 2}  # interior optima: the tuned fit can be trusted
+
+
+def make_grid(root: Path, best=BEST_LR_INDEX, lrs=LRS) -> None:
+    """A B x lr grid whose best lr at each B follows the known S*(B) = S_MIN + C/B (B_crit 200) and
+    every other lr is (1 + d^2) times slower, d = grid steps from the best."""
+    root.mkdir(parents=True, exist_ok=True)
+    for B in BATCHES:
+        for i, lr in enumerate(lrs):
+            factor = 1 + (i - best[B]) ** 2
+            steps = [s * factor for s in seed_steps(B)]
+            write_run(root, B, steps, lr=lr, name=f"B{B:04d}_lr{lr:.0e}")
+
+
+def test_tuned_medians_match_a_loop_reference():
+    rng = np.random.default_rng(3)
+    for trial in range(40):
+        sp = rng.uniform(5, 100, size=(3, 4, 5))
+        sp[rng.random(sp.shape) < 0.25] = np.inf  # not reached
+        sp[rng.random(sp.shape) < 0.1] = np.nan  # no such seed
+        if trial == 0:
+            sp[:, 1, :] = np.inf  # no lr reached at this B
+            sp[:, 2, :] = np.nan  # no lr was run at this B
+        med, best = critical.tuned_medians(sp)
+        for j in range(sp.shape[1]):
+            per_lr = []
+            for i in range(sp.shape[0]):
+                seeds = sorted(v for v in sp[i, j] if not math.isnan(v))
+                per_lr.append(float(np.median(seeds)) if seeds else math.nan)
+            ran = [(v, i) for i, v in enumerate(per_lr) if not math.isnan(v)]
+            if not ran:
+                assert math.isnan(med[j]) and best[j] == -1
+                continue
+            v, i = min(ran)
+            assert med[j] == v
+            assert best[j] == (i if math.isfinite(v) else -1)
+
+
+def test_grid_fits_the_best_lr_per_batch_size(tmp_path):
+    make_grid(tmp_path)
+    s = summarize_sweep(tmp_path, smooth_steps=0, write=True)
+    grid = s["lr_grid"]
+    assert grid["lrs"] == list(LRS) and len(grid["cells"]) == len(BATCHES) * len(LRS)
+    assert {b["num_envs"]: b["lr"] for b in grid["best_lr"]} == {B: LRS[i] for B, i in BEST_LR_INDEX.items()}
+    assert all(b["frequency"][f"{b['lr']:.0e}"] > 0.9 for b in grid["best_lr"])  # 2x gaps: never a close call
+    assert [r["lr"] for r in s["runs"]] == [LRS[BEST_LR_INDEX[B]] for B in BATCHES]
+    assert s["b_crit"] == pytest.approx(B_CRIT, rel=B_CRIT_RTOL)
+    lo, hi = s["b_crit_ci"]
+    assert lo < B_CRIT < hi and s["b_crit_trusted"], s["b_crit_distrust"]
+    # The fixed lr 1e-3 is 2x slow at B <= 64: E rises as B falls, so its own fit is flagged.
+    fixed = grid["fixed"]["1e-03"]
+    assert not fixed["trusted"] and fixed["step_size_limited"]["num_envs"] == 64
+    assert fixed["step_size_limited"]["best_num_envs"] == 128
+    assert grid["edge"] == []
+    report = (tmp_path / "report.md").read_text()
+    assert "## Learning rate" in report and "lr 3e-03" in report and "sweep_lr_heatmap.png" in s["figures"]
+    assert (tmp_path / "sweep_lr_heatmap.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_grid_with_the_best_lr_at_an_edge_is_not_trusted(tmp_path):
+    make_grid(tmp_path, best={**BEST_LR_INDEX, 512: 3})
+    s = summarize_sweep(tmp_path, smooth_steps=0, write=False)
+    assert s["lr_grid"]["edge"] == [{"num_envs": 512, "lr": 3e-3, "side": "largest"}]
+    assert not s["b_crit_trusted"] and any("edge of the grid" in w for w in s["b_crit_distrust"])
+
+
+def test_a_fixed_lr_sweep_whose_small_batches_are_slower_is_flagged(tmp_path):
+    tmp_path.mkdir(exist_ok=True)
+    slow = {32: 2.4, 64: 1.0, 128: 1.0, 256: 1.0, 512: 1.0}  # the issue's U shape: B=32 needs 2.4x B=64's E
+    for B in BATCHES:
+        write_run(tmp_path, B, [s * slow[B] * (C / B + S_MIN) / (C / B + S_MIN) for s in seed_steps(B)])
+    s = summarize_sweep(tmp_path, smooth_steps=0, write=True)
+    lim = s["step_size_limited"]
+    assert lim["num_envs"] == 32 and lim["limited"] == [32] and lim["rise"] > thresholds.STEP_LIMITED_RISE
+    assert s["lr_grid"] is None and not s["b_crit_trusted"]
+    report = (tmp_path / "report.md").read_text()
+    assert "E rises as B falls" in report and "tclock sweep --lrs 1e-04 3e-04 1e-03 --batch-sizes 32 64" in report
+    assert "tclock sweep --lrs" in s["headline"]
+    # the clean sweep of the same shape without the slow end is not flagged
+    clean = tmp_path / "clean"
+    make_sweep(clean)
+    assert summarize_sweep(clean, smooth_steps=0, write=False)["step_size_limited"] is None
+
+
+def test_two_runs_with_the_same_batch_and_lr_are_refused(tmp_path):
+    write_run(tmp_path, 32, seed_steps(32), lr=1e-3, name="B0032")
+    write_run(tmp_path, 32, seed_steps(32), lr=1e-3, name="B0032_lr1e-03")
+    with pytest.raises(RunFormatError, match="lr=0.001"):
+        summarize_sweep(tmp_path, write=False)
