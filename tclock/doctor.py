@@ -57,6 +57,7 @@ def report_to_dict(report: Report) -> dict:
         "signals": [row(r) for r in report.signals],
         "checklist": [row(r) for r in report.checklist],
         "notes": report.notes,
+        "batch_and_step": report.batch_and_step,
     })
 
 
@@ -86,6 +87,8 @@ def format_table(report: Report) -> str:
                   (24, 58, 32, 13))
     out.append("")
     out += [f"note: {n}" for n in report.notes]
+    if report.batch_and_step:
+        out.append(f"batch and step size: {report.batch_and_step['outcome']}")
     flagged = [r.signal for r in report.signals if r.verdict == "two-clocks"]
     tail = f": {', '.join(flagged)}" if flagged else ""
     out.append(f"overall: {report.verdict}{tail} (exit {report.exit_code})")

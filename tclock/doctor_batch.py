@@ -16,6 +16,15 @@ asynchronous pipeline) is the learner training on stale data.
                       ``info``: on pointmass_reach it sits 5-8x below the sweep's B_crit
                       (experiments/online_critical.py, RESULTS.md), so it is not yet a verdict.
                       Neither known -> not-checkable.
+``step_size``         Is the lr too large for this batch: the run's step ratio ``r_B``
+                      (:mod:`tclock.step_size`: the half learning phase's update judged on the
+                      other half of the envs; 1 = the best multiple of the update, 2 = no held-out
+                      gain), median over seeds of the median over the learning phase (the
+                      iterations before the seed-mean success first reached ``target_success``;
+                      the whole run if it never did).  r_B > 1.63 [STEP_TOO_LARGE] -> risk, "lr too
+                      large": lower the lr by about r_B x, or raise B to the size at which this lr
+                      is the best step when the batch is what limits it; else healthy.  Not logged
+                      (``noise_split`` off) -> not-checkable.
 ``staleness``         Asynchronous runs only (``policy_lag`` logged): median policy lag over the last
                       20 [RECENT] updates > 2 [LAG_STALE] updates, or median ``kl_behavior`` > 0.05
                       [KL_STALE] -> risk; both -> two-clocks; else healthy.  Synchronous runs -> info
@@ -27,13 +36,14 @@ from typing import Sequence
 
 import numpy as np
 
-from tclock import online_critical
+from tclock import online_critical, step_size
 from tclock.doctor_rules import Row, key_present, num, seed_series
 from tclock.runlog import seed_matrix
-from tclock.thresholds import BATCH_ABOVE, BATCH_NEAR, KL_STALE, LAG_STALE, RECENT
+from tclock.thresholds import BATCH_ABOVE, BATCH_NEAR, KL_STALE, LAG_STALE, RECENT, STEP_TOO_LARGE
 
 BATCH_THRESHOLD = (f"B > {BATCH_ABOVE:g}x the sweep's B_crit two-clocks; {BATCH_NEAR:g}-{BATCH_ABOVE:g}x watch; "
                    "below healthy (online estimate: info)")
+STEP_THRESHOLD = f"r_B > {STEP_TOO_LARGE:.2f} (update > its best multiple by that factor) risk: lr too large"
 STALE_THRESHOLD = f"async: median lag > {LAG_STALE:g} or KL > {KL_STALE:g} risk; both two-clocks"
 
 
@@ -116,6 +126,35 @@ def critical_batch_row(records: Sequence[dict], config: dict, num_envs, time_fit
                    "the sweep's B_crit on pointmass_reach, so no advice from it); run `tclock sweep` to measure "
                    "B_crit", BATCH_THRESHOLD, "info", data=data)
     return Row("critical_batch", evidence, BATCH_THRESHOLD, verdict, data=data)
+
+
+def step_size_row(records: Sequence[dict], config: dict, num_envs) -> Row:
+    """The step-size verdict (see the module docstring)."""
+    end = step_size.learning_phase_end(records, config.get("target_success"))
+    r, n = step_size.run_ratio(records, end)
+    if not n or not np.isfinite(r):
+        why = ("not measured: the step ratio needs the half learning phase (--noise-split, on in sweeps)"
+               if not key_present(records, step_size.STEP_KEY) else "step_ratio_online logged but never finite")
+        return Row("step_size", why, STEP_THRESHOLD, "not-checkable")
+    _, ne = seed_series(records, "num_envs")
+    ne = ne[np.isfinite(ne)]
+    B = float(ne[-1]) if ne.size else float(num_envs or 0)
+    online, _ = online_critical_batch(records, int(config.get("noise_window") or 20))
+    adv = step_size.advice(r, online, int(B))
+    span = (f"the learning phase (iterations ≤ {num(end)}, before success first reached the target)"
+            if np.isfinite(end) else "the whole run")
+    lr = config.get("lr")
+    evidence = f"step ratio r_B = {num(r)} over {span}, {n} estimates"
+    data = {"ratio": r, "estimates": n, "phase_end": end if np.isfinite(end) else None, **adv,
+            "class": "lr too large" if adv["too_large"] else "not"}
+    if not adv["too_large"]:
+        return Row("step_size", evidence + " — the update is within its best scaling range", STEP_THRESHOLD,
+                   "healthy", data=data)
+    lower = f"lower the lr by about {num(r)}x" + (f" (to ≈ {num(float(lr) / r)})" if isinstance(lr, (int, float)) else "")
+    raise_b = adv["raise_batch_to"]
+    evidence += (f" — lr too large for B = {num(B)} envs: {lower}"
+                 + (f", or raise B to ≈ {num(raise_b)} envs" if raise_b else " (a larger batch alone would not fix it)"))
+    return Row("step_size", evidence, STEP_THRESHOLD, "risk", data=data)
 
 
 def staleness_row(records: Sequence[dict]) -> Row:

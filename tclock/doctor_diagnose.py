@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from tclock import critical, runlog
-from tclock.doctor_batch import critical_batch_row, staleness_row
+from tclock.doctor_batch import critical_batch_row, staleness_row, step_size_row
 from tclock.doctor_checklist import checklist
 from tclock.doctor_gradients import b_simple_row, downgrade_if_solved, gdc_row, solved_success
 from tclock.doctor_rules import RANK, Row, activation_row, key_present, rt_ut_rows, seed_series, skew_row
@@ -46,6 +46,7 @@ class Report:
     exit_code: int
     run: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    batch_and_step: dict = field(default_factory=dict)  # batch_and_step(): the three-way outcome
 
     @property
     def signals(self) -> list[Row]:
@@ -158,6 +159,7 @@ def signal_rows(records: Sequence[dict], iters: np.ndarray, config: dict, num_en
     asynchronous = is_asynchronous(records, config)
     rows = [r if asynchronous else reported(r, SYNC_RATIO) for r in rt_ut_rows(records, iters)]
     rows.append(critical_batch_row(records, config, num_envs, time_fit, sweep))
+    rows.append(step_size_row(records, config, num_envs))
     rows.append(staleness_row(records))
     rows.append(capped(activation_row(records, iters), "risk"))
     rows.append(capped(downgrade_if_solved(skew_row(records, iters), solved), "watch"))
@@ -208,6 +210,26 @@ def checklist_rows(run_dir: Path, records: Sequence[dict], config: dict, has_con
             for c in checklist(run_dir, records, config, has_config, num_envs, notes)]
 
 
+OUTCOMES = ("lr too large", "batch above", "neither")
+
+
+def batch_and_step(rows: Sequence[Row]) -> dict:
+    """The three outcomes a user acts on, from the ``step_size`` and ``critical_batch`` rows:
+    ``lr too large`` (the step-size row's risk) first, since a step-size-limited run measures the
+    step rather than the batch (the critical batch assumes the lr tuned at each B); else ``batch
+    above`` (the critical-batch row's two-clocks, which rests on a trusted sweep B_crit); else
+    ``neither``.  ``{"outcome", "because"}`` (the deciding row's evidence)."""
+    by = {r.signal: r for r in rows}
+    step, batch = by.get("step_size"), by.get("critical_batch")
+    if step is not None and step.data.get("class") == "lr too large":
+        return {"outcome": "lr too large", "because": step.value}
+    if batch is not None and batch.verdict == "two-clocks":
+        return {"outcome": "batch above", "because": batch.value}
+    checked = [r.signal for r in (step, batch) if r is not None and r.verdict not in ("not-checkable", "info")]
+    why = f"judged by {', '.join(checked)}" if checked else "neither judged (no sweep B_crit, no step ratio)"
+    return {"outcome": "neither", "because": why}
+
+
 def overall(rows: Sequence[Row]) -> str:
     """The worst judged signal verdict; not-checkable when none was judged."""
     judged = [r.verdict for r in rows if r.kind == "signal" and r.verdict in RANK]
@@ -233,4 +255,4 @@ def diagnose(run_dir: str | os.PathLike) -> Report:
     rows += checklist_rows(run_dir, records, config, has_config, run["num_envs"], notes)
     verdict = overall(rows)
     return Report(run_dir=str(run_dir), rows=rows, verdict=verdict, exit_code=1 if verdict == "two-clocks" else 0,
-                  run=run, notes=notes)
+                  run=run, notes=notes, batch_and_step=batch_and_step(rows))

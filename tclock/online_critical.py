@@ -50,19 +50,23 @@ def windowed_ratio(traces, grad_sqs) -> list:
 
 
 class OnlineCriticalBatch:
-    """Keeps the last ``window`` per-seed estimates and gives ``b_crit_online_envs``."""
+    """Keeps the last ``window`` per-seed estimates and gives ``b_crit_online_envs``
+    (``sum(trace) / sum(signal)``).  ``sources`` (default :data:`SOURCES`) names the
+    (numerator, denominator) keys by preference; :mod:`tclock.step_size` windows its gains
+    the same way."""
 
-    def __init__(self, window: int, history: dict | None = None):
+    def __init__(self, window: int, history: dict | None = None, sources: dict | None = None):
+        self.sources = sources or SOURCES
         self.traces: deque = deque((history or {}).get("traces", []), maxlen=window)
         self.grad_sqs: deque = deque((history or {}).get("grad_sqs", []), maxlen=window)
 
     def add(self, metrics: dict) -> list | None:
         """Adds one iteration's update metrics (arrays per seed); returns the windowed
-        estimate, or None when this iteration logged no per-env noise estimate."""
-        source = source_of(metrics)
+        ratio, or None when this iteration logged none of the sources."""
+        source = next((n for n, (a, b) in self.sources.items() if a in metrics and b in metrics), None)
         if source is None:
             return None
-        trace, signal = SOURCES[source]
+        trace, signal = self.sources[source]
         self.traces.append(np.asarray(metrics[trace], dtype=float).reshape(-1).tolist())
         self.grad_sqs.append(np.asarray(metrics[signal], dtype=float).reshape(-1).tolist())
         return windowed_ratio(list(self.traces), list(self.grad_sqs))

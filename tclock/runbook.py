@@ -17,6 +17,7 @@ a process), then the learner's per-seed metrics and the loop's own keys.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import time
 from collections import deque
@@ -28,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tclock import runlog, tracking
+from tclock import runlog, step_size, tracking
 from tclock.config import (
     RESUME_MAY_CHANGE,
     ConfigError,
@@ -63,11 +64,13 @@ class HostState:
     ratios: list = field(default_factory=list)  # the last RATIO_WINDOW rt_ut_ratio values
     drbs: dict | None = None  # the DRBS controller's state
     noise: dict | None = None  # the online critical batch's window (OnlineCriticalBatch.state_dict)
+    step: dict | None = None  # the step-size signal's window (same class, tclock.step_size.SOURCE)
 
     @classmethod
     def from_dict(cls, data: dict) -> "HostState":
         return cls(wall_s=float(data.get("wall_s", 0.0)), env_steps=int(data.get("env_steps", 0)),
-                   ratios=list(data.get("ratios", [])), drbs=data.get("drbs"), noise=data.get("noise"))
+                   ratios=list(data.get("ratios", [])), drbs=data.get("drbs"), noise=data.get("noise"),
+                   step=data.get("step"))
 
 
 @dataclass
@@ -120,6 +123,7 @@ class RunBook:
         self.last_record: dict = {}
         self.ratios: deque = deque(maxlen=RATIO_WINDOW)
         self.online = OnlineCriticalBatch(cfg.noise_window)
+        self.step = OnlineCriticalBatch(cfg.noise_window, sources=step_size.SOURCE)
         self.writer: runlog.RunWriter | None = None
         self.progress = Progress(False, 0, 0, "step")
         self.first_record_extra: dict = {}
@@ -157,6 +161,7 @@ class RunBook:
         self.first_iteration = iteration
         self.ratios = deque(self.host.ratios, maxlen=RATIO_WINDOW)
         self.online = OnlineCriticalBatch(self.cfg.noise_window, self.host.noise)
+        self.step = OnlineCriticalBatch(self.cfg.noise_window, self.host.step, sources=step_size.SOURCE)
         self.last_good = LastGood(iteration, state, self.host.env_steps)
         return iteration, state
 
@@ -217,6 +222,12 @@ class RunBook:
             online = self.online.add(m)
             if online is not None:
                 record[ONLINE_KEY] = online
+            gains = self.step.add(m)
+            if gains is not None:
+                b = record.get(ONLINE_KEY) or [None] * len(gains)
+                ratios = [step_size.full_batch_ratio(step_size.ratio_from_gains(g), bi, int(record["num_envs"]))
+                          for g, bi in zip(gains, b)]
+                record[step_size.STEP_KEY] = [r if math.isfinite(r) else None for r in ratios]
         return record
 
     def commit(self, record: dict, state, finite) -> None:
@@ -244,7 +255,7 @@ class RunBook:
         """Checkpoints the last good state with the host state; returns its iteration."""
         good = self.last_good
         host = HostState(wall_s=self.wall(), env_steps=good.env_steps, ratios=list(self.ratios),
-                         drbs=self.drbs_state(), noise=self.online.state_dict())
+                         drbs=self.drbs_state(), noise=self.online.state_dict(), step=self.step.state_dict())
         self.writer.save_checkpoint(good.iteration, jax.device_get(self.checkpoint_state(good.state)), asdict(host))
         return good.iteration
 

@@ -524,3 +524,60 @@ def test_an_untrustworthy_sweep_fit_is_not_used_as_a_measurement(tmp_path):
     report = diagnose(noisy_run(root, "B1024", num_envs=1024, b_crit=30.0))
     row = report.row("critical_batch")
     assert row.verdict == "info" and row.data["b_crit_sweep_envs"] is None and report.exit_code == 0
+
+
+# --------------------------------------------------------------------------- the step size
+def with_step_ratio(run: Path, ratio, every: int = 4, seed: int = 0) -> Path:
+    """Adds ``step_ratio_online`` (per seed, log-normal noise around ``ratio(i)``) every ``every``
+    iterations, as a run with the half learning phase logs it."""
+    rng = np.random.default_rng(seed)
+    records = runlog.read_metrics(run)
+    writer = RunWriter(run, runlog.read_config(run))
+    for r in records:
+        if r["iteration"] % every == 0:
+            r["step_ratio_online"] = (ratio(r["iteration"]) * np.exp(0.15 * rng.normal(size=3))).tolist()
+        writer.log(r)
+    writer.mark("finished")
+    writer.close()
+    return run
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lr_too_large_is_flagged_with_how_much_to_lower_it(tmp_path, seed):
+    run = with_step_ratio(make_run(tmp_path, config={"lr": 3e-3}, seed=seed), lambda i: 2.6, seed=seed)
+    report = diagnose(run)
+    row = report.row("step_size")
+    assert row.verdict == "risk" and row.data["class"] == "lr too large", row.value
+    assert 2.0 < row.data["lower_lr_by"] < 3.4 and "lower the lr by about" in row.value
+    assert report.batch_and_step["outcome"] == "lr too large" and report.exit_code == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_step_within_its_best_range_is_not_flagged(tmp_path, seed):
+    report = diagnose(with_step_ratio(make_run(tmp_path, seed=seed), lambda i: 0.9, seed=seed))
+    assert report.row("step_size").verdict == "healthy"
+    assert report.batch_and_step["outcome"] == "neither"
+
+
+def test_the_step_is_judged_before_the_target_was_reached(tmp_path):
+    """success = 0.03 + 0.009 i crosses 0.5 near iteration 52: what happens after it does not count."""
+    late = with_step_ratio(make_run(tmp_path, name="late", config={"target_success": 0.5}),
+                           lambda i: 0.9 if i < 52 else 3.0)
+    row = diagnose(late).row("step_size")
+    assert row.verdict == "healthy" and 48 <= row.data["phase_end"] <= 56, row.value
+    early = with_step_ratio(make_run(tmp_path, name="early", config={"target_success": 0.5}),
+                            lambda i: 3.0 if i < 52 else 0.9)
+    assert diagnose(early).row("step_size").verdict == "risk"
+
+
+def test_step_size_not_measured_without_the_half_phase(tmp_path):
+    row = diagnose(make_run(tmp_path)).row("step_size")
+    assert row.verdict == "not-checkable" and "--noise-split" in row.value
+
+
+def test_batch_above_is_the_outcome_when_the_step_is_fine(tmp_path):
+    run = with_step_ratio(noisy_run(in_sweep(tmp_path, 100.0), "B1024", num_envs=1024, b_crit=30.0), lambda i: 0.9)
+    report = diagnose(run)
+    assert report.batch_and_step["outcome"] == "batch above" and report.exit_code == 1
+    text = format_table(report)
+    assert "batch and step size: batch above" in text

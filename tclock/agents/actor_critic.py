@@ -100,9 +100,10 @@ def env_group_noise(loss_fn, params, data: dict, key, unroll_length: int, groups
             "b_noise_envs": noise["b_simple"]}
 
 
-def split_update_noise(update_one, state, traj: Trajectory, lr, full_params):
+def split_update_noise(update_one, state, traj: Trajectory, lr, full_params, heldout_loss=None):
     """The noise scale of a whole learning phase, in **envs**, from one extra learning phase on
-    a random half of the rollout's envs (one seed; ``traj`` leaves ``[T, B, ...]``).
+    a random half of the rollout's envs (one seed; ``traj`` leaves ``[T, B, ...]``), and with
+    ``heldout_loss`` the step-size terms of that phase measured on the other half.
 
     A learning phase (epochs x minibatches of Adam steps) maps a rollout of B envs to a
     parameter change ``D(B) ≈ D* + n/sqrt(B)`` with per-env noise covariance ``Sigma_D``.  With
@@ -112,19 +113,33 @@ def split_update_noise(update_one, state, traj: Trajectory, lr, full_params):
     and ``update_signal_sq = D_half . D_full - |D_half - D_full|^2`` estimate ``tr(Sigma_D)`` and
     ``|D*|^2`` (the latter noisy, can be <= 0).  Unlike the gradient noise scale at the
     behaviour parameters, this includes what the optimizer does with the noise over all of its
-    steps (Adam's normalisation, several epochs over the same data, the clip).  The half phase
-    is discarded; the run's state is untouched."""
+    steps (Adam's normalisation, several epochs over the same data, the clip).
+
+    Step size (:mod:`tclock.step_size`): ``heldout_loss(state, traj_other)`` returns the
+    learner's loss as a function of the parameters on the *other* half's data (targets at the
+    behaviour parameters).  Since that half is independent of the half phase's data,
+    ``step_gain_linear = -g . D_half`` (g its gradient at the behaviour parameters) is the
+    first-order gain of the half phase's update and ``step_gain_actual = L(theta) -
+    L(theta + D_half)`` the gain it really makes on fresh data.  The half phase is discarded;
+    the run's state is untouched."""
     B = traj.reward.shape[1]
-    perm = jax.random.permutation(jax.random.fold_in(state.key, 2), B)[: B // 2]
-    half_traj = jax.tree.map(lambda x: x[:, perm], traj)
+    perm = jax.random.permutation(jax.random.fold_in(state.key, 2), B)
+    half_traj = jax.tree.map(lambda x: x[:, perm[: B // 2]], traj)
     half_state, _ = update_one(state, half_traj, lr, False)
     flat = lambda p: jnp.concatenate([x.reshape(-1) for x in jax.tree.leaves(p)])  # noqa: E731
     start = flat(state.params)
     d_full, d_half = flat(full_params) - start, flat(half_state.params) - start
     diff = jnp.sum(jnp.square(d_half - d_full))
     signal = jnp.sum(d_half * d_full) - diff
-    return {"update_noise_trace": B * diff, "update_signal_sq": signal,
-            "b_noise_update_envs": jnp.where(signal > 0, B * diff / jnp.where(signal > 0, signal, 1.0), jnp.nan)}
+    out = {"update_noise_trace": B * diff, "update_signal_sq": signal,
+           "b_noise_update_envs": jnp.where(signal > 0, B * diff / jnp.where(signal > 0, signal, 1.0), jnp.nan)}
+    if heldout_loss is not None:
+        other = jax.tree.map(lambda x: x[:, perm[B // 2: 2 * (B // 2)]], traj)
+        loss = heldout_loss(state, other)
+        before, grad = jax.value_and_grad(loss)(state.params)
+        out["step_gain_linear"] = -jnp.sum(flat(grad) * d_half)
+        out["step_gain_actual"] = before - loss(half_state.params)
+    return out
 
 
 @dataclass
@@ -228,6 +243,17 @@ class ActorCritic:
         new_state = state.replace(params=params, opt_state=opt_state, normalizer=normalizer, key=key)
         return new_state, metrics
 
+    def phase_data(self, state, traj: Trajectory):
+        """``(normalizer, transitions with targets at the behaviour parameters, advantages)``
+        of one seed's rollout: what a learning phase starts from."""
+        raise NotImplementedError
+
+    def heldout_loss(self, state, traj: Trajectory):
+        """The learner's loss as a function of the parameters on ``traj``'s transitions (targets
+        at ``state``'s behaviour parameters): the held-out objective of the step-size signal."""
+        normalizer, data, _ = self.phase_data(state, traj)
+        return lambda params: self.total_loss(params, normalizer, data)[0]
+
     def update_one(self, state, traj: Trajectory, lr, with_gdc: bool):
         raise NotImplementedError
 
@@ -240,6 +266,7 @@ class ActorCritic:
         new_state, metrics = jax.vmap(lambda s, t: self.update_one(s, t, lr, with_gdc), in_axes=(0, 1))(state, traj)
         B = traj.reward.shape[2]
         if with_gdc and self.cfg.noise_split and self.can_split(B):
-            metrics.update(jax.vmap(lambda s, t, full: split_update_noise(self.update_one, s, t, lr, full),
+            metrics.update(jax.vmap(lambda s, t, full: split_update_noise(self.update_one, s, t, lr, full,
+                                                                          self.heldout_loss),
                                     in_axes=(0, 1, 0))(state, traj, new_state.params))
         return new_state, metrics

@@ -75,6 +75,12 @@ class IMPALA(ActorCritic):
         value = self.value_of(params, normalizer, batch["obs"])
         return losses.vtrace_terms(mean, log_std, value, batch, self.cfg.vtrace_rho_bar)
 
+    def phase_data(self, state: ActorCriticState, traj: Trajectory):
+        """``(normalizer, transitions with V-trace targets at the behaviour parameters, pg)``."""
+        normalizer = self.observe(state.normalizer, traj)
+        vs, pg = self.targets(state.params, normalizer, traj)
+        return normalizer, self.transitions(traj, pg, vs), pg
+
     def can_split(self, num_envs: int) -> bool:
         half = num_envs // 2
         return half > 0 and half % self.cfg.num_minibatches == 0
@@ -86,11 +92,9 @@ class IMPALA(ActorCritic):
         groups = cfg.num_minibatches
         if B % groups:  # the registry entry's validate keeps configs (and DRBS ladders) from getting here
             raise ValueError(f"IMPALA: {B} env sequences cannot be split into {groups} minibatches")
-        normalizer = self.observe(state.normalizer, traj)
+        normalizer, data, pg = self.phase_data(state, traj)
         params = state.params
-        vs, pg = self.targets(params, normalizer, traj)  # at the behaviour parameters
         metrics = dict(diagnostics.advantage_stats(pg))
-        data = self.transitions(traj, pg, vs)
         key, k_diag, k_epochs = jax.random.split(state.key, 3)
         if with_gdc:
             metrics.update(self.gradient_diagnostics(params, normalizer, data, k_diag))

@@ -36,17 +36,22 @@ class PPO(ActorCritic):
                        combine=cfg.hae_combine, outside=cfg.hae_outside, max_events=cfg.hae_max_events or None)
         return gae(rewards, values, next_values, terminations, truncations, cfg.gamma, cfg.gae_lambda)
 
+    def phase_data(self, state: ActorCriticState, traj: Trajectory):
+        """``(normalizer, transitions with GAE/HAE targets at the behaviour parameters, adv)``."""
+        cfg = self.cfg
+        normalizer = self.observe(state.normalizer, traj)
+        values = self.value_of(state.params, normalizer, traj.obs)
+        next_values = self.value_of(state.params, normalizer, traj.final_obs)
+        adv, ret = self.advantages(traj.reward * cfg.reward_scale, values, next_values, traj.termination,
+                                   traj.truncation)
+        return normalizer, self.transitions(traj, adv, ret), adv
+
     def update_one(self, state: ActorCriticState, traj: Trajectory, lr, with_gdc: bool):
         """One seed's learning phase. ``traj`` leaves are ``[T, B, ...]``."""
         cfg = self.cfg
-        normalizer = self.observe(state.normalizer, traj)
+        normalizer, data, adv = self.phase_data(state, traj)
         params = state.params
-        values = self.value_of(params, normalizer, traj.obs)
-        next_values = self.value_of(params, normalizer, traj.final_obs)
-        adv, ret = self.advantages(traj.reward * cfg.reward_scale, values, next_values, traj.termination,
-                                   traj.truncation)
         metrics = dict(diagnostics.advantage_stats(adv))
-        data = self.transitions(traj, adv, ret)
         key, k_diag, k_epochs = jax.random.split(state.key, 3)
         if with_gdc:
             metrics.update(self.gradient_diagnostics(params, normalizer, data, k_diag))

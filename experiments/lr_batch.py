@@ -1,0 +1,221 @@
+"""The batch and the step size together: B x lr grids, both readings of B_crit, and the
+doctor's step-size verdict against labelled runs.
+
+For each task, ``tclock.sweep.run_sweep`` trains a B x lr grid (``SweepSpec(lrs=...)``; quick
+mode: B = 32..1024, lr in {1e-4, 3e-4, 1e-3, 3e-3}, 3 seeds, 600k env steps per seed, the half
+learning phase on so every run logs the step-size signal).  From each grid:
+
+* the lr-tuned B_crit (McCandlish's definition: the best lr at each B, chosen inside every
+  bootstrap resample) and one fixed-lr B_crit per lr, with their CIs and trust;
+* labels for every (B, lr) run: "lr too large" when a smaller lr at the same B reaches the target
+  with <= 0.6x the median env steps (a median that never reached counts as infinitely late),
+  "batch above" when B > 2 x the tuned B_crit (only where that fit is trusted), else "neither";
+* the online step-size ratio ``step_ratio_online`` of each run (median over seeds of the windowed
+  ratio, over the iterations before the median seed reached the target, else the whole run)
+  against its label, and the verdict of ``tclock doctor`` (rows ``step_size`` and
+  ``critical_batch``) against it: agreement per class.
+
+    python experiments/lr_batch.py --quick     # pointmass_reach and its terminal variant (2-core CPU, ~1 h)
+    python experiments/lr_batch.py --quick --resume   # reuse finished runs, redo the analysis
+    python experiments/lr_batch.py             # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import common
+from common import fmt, md_table
+
+NAME = "lr_batch"
+FASTER = 0.6  # the label: a smaller lr at the same B reaches the target with <= this x the env steps
+TASKS = {
+    "pointmass_reach": {},
+    "pointmass_reach_terminal": {"env": "pointmass_reach", "env_kwargs": {"terminate_on_success": True}},
+    "reacher_sparse": {"env": "reacher_sparse"},
+}
+
+
+def settings(args) -> dict:
+    if args.mode == "smoke":
+        return {"tasks": ("pointmass_reach",), "batch_sizes": (16, 32), "lrs": (3e-4, 1e-3), "seeds": 2,
+                "total_steps": 16 * 8 * 8, "cfg": {"unroll_length": 8, "policy_hidden": (16,), "value_hidden": (16,),
+                                                   "num_minibatches": 2, "num_epochs": 2, "gdc_minibatch": 32,
+                                                   "gdc_every": 2, "noise_split": True, "target_success": 0.05}}
+    if args.mode == "quick":
+        return {"tasks": ("pointmass_reach", "pointmass_reach_terminal"), "batch_sizes": (32, 64, 128, 256, 512, 1024),
+                "lrs": (1e-4, 3e-4, 1e-3, 3e-3), "seeds": 3, "total_steps": 600_000,
+                "cfg": {"unroll_length": 32, "gdc_every": 4, "noise_split": True}}
+    return {"tasks": tuple(TASKS), "batch_sizes": (32, 64, 128, 256, 512, 1024, 2048), "lrs": (1e-4, 3e-4, 1e-3, 3e-3),
+            "seeds": 4, "total_steps": 2_000_000, "cfg": {"unroll_length": 32, "gdc_every": 4, "noise_split": True}}
+
+
+def _e(cell: dict) -> float:
+    v = cell["env_steps_median"]
+    return v if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
+
+
+def label_cells(summary: dict) -> dict:
+    """``{(B, lr): label}`` from the grid's cells and the tuned fit (see the module docstring)."""
+    cells = {(c["num_envs"], c["lr"]): c for c in summary["lr_grid"]["cells"]}
+    b_crit = summary["b_crit"] if summary.get("b_crit_trusted") else math.nan
+    out = {}
+    for (b, lr), c in cells.items():
+        smaller = [cells[(b, x)] for x in summary["lr_grid"]["lrs"] if x < lr and (b, x) in cells]
+        best_smaller = min((_e(s) for s in smaller), default=math.inf)
+        too_large = math.isfinite(best_smaller) and best_smaller <= FASTER * _e(c)
+        above = math.isfinite(b_crit) and b > 2 * b_crit
+        out[(b, lr)] = "lr too large" if too_large else "batch above" if above else "neither"
+    return out
+
+
+def run_signal(run_dir, until_iteration: float) -> float:
+    """Median over seeds of the run's windowed step ratio, over the iterations up to
+    ``until_iteration`` (all when NaN), median over those iterations."""
+    from tclock import runlog
+    from tclock.runlog import seed_matrix
+    from tclock.step_size import STEP_KEY
+
+    its, m = seed_matrix(runlog.read_metrics(run_dir), STEP_KEY)
+    if not m.size:
+        return math.nan
+    if math.isfinite(until_iteration):
+        keep = its <= until_iteration
+        m = m[keep] if keep.any() else m
+    per_seed = [np.nanmedian(m[:, j]) for j in range(m.shape[1]) if np.isfinite(m[:, j]).any()]
+    return float(np.median(per_seed)) if per_seed else math.nan
+
+
+def judge(runs, task: str, summary: dict) -> list[dict]:
+    """Every run of a grid: label, signal, the doctor's verdicts."""
+    from tclock import thresholds
+    from tclock.doctor import diagnose
+
+    labels = label_cells(summary)
+    rows = []
+    for c in summary["lr_grid"]["cells"]:
+        run_dir = runs / task / c["run"]
+        until = c["steps_median"] if isinstance(c["steps_median"], (int, float)) else math.nan
+        r = run_signal(run_dir, until if until is not None else math.nan)
+        report = diagnose(run_dir)
+        step_row, batch_row = report.row("step_size"), report.row("critical_batch")
+        doctor = ("lr too large" if step_row is not None and step_row.verdict == "lr-too-large"
+                  else "batch above" if batch_row is not None and batch_row.verdict == "two-clocks" else "neither")
+        rows.append({"num_envs": c["num_envs"], "lr": c["lr"], "label": labels[(c["num_envs"], c["lr"])],
+                     "signal": r, "signal_class": "lr too large" if r > thresholds.STEP_TOO_LARGE else "not",
+                     "doctor": doctor, "env_steps_median": c["env_steps_median"]})
+    return rows
+
+
+def train_grid(task: str, s: dict, runs) -> dict:
+    """Trains (or, for finished runs, reuses) one task's grid; returns its sweep summary."""
+    from tclock.config import defaults_for
+    from tclock.sweep import SweepSpec, run_sweep
+
+    task_cfg = {**{"env": task}, **TASKS[task]}
+    common.say(f"grid {task}: B={list(s['batch_sizes'])} x lr={list(s['lrs'])} x {s['seeds']} seeds")
+    base = defaults_for("ppo", seeds=s["seeds"], total_steps=s["total_steps"], progress=False, **task_cfg, **s["cfg"])
+    summary = run_sweep(base, SweepSpec(batch_sizes=s["batch_sizes"], lrs=s["lrs"]), runs / task, progress=False,
+                        announce=common.say)
+    common.drop_checkpoints(runs / task)
+    return summary
+
+
+def main(argv=None) -> dict:
+    args = common.parse_args(NAME, __doc__.splitlines()[0], argv)
+    s = settings(args)
+    runs = common.fresh_runs_dir(args)
+    data: dict = {}
+    for task in s["tasks"]:
+        out = runs / task
+        summary = train_grid(task, s, runs)
+        grid = summary["lr_grid"]
+        data[task] = {"dir": str(out.relative_to(common.ROOT)) if out.is_relative_to(common.ROOT) else str(out),
+                      "tuned": {"b_crit": summary["b_crit"], "b_crit_ci": summary["b_crit_ci"], "r2": summary["r2"],
+                                "trusted": summary["b_crit_trusted"], "distrust": summary["b_crit_distrust"]},
+                      "fixed": grid["fixed"], "best_lr": grid["best_lr"], "edge": grid["edge"],
+                      "cells": judge(runs, task, summary), "heatmap": "sweep_lr_heatmap.png"}
+    return report(args, s, data, runs)
+
+
+def _ci(ci) -> str:
+    return f"{fmt(ci[0])}–{fmt(ci[1])}" if ci else "—"
+
+
+def _trust(t: dict) -> str:
+    return "trusted" if t["trusted"] else "not trusted: " + "; ".join(t["distrust"])
+
+
+def agreement(rows: list[dict], key: str) -> dict:
+    """Per label class: how many runs ``key`` (``doctor`` or the signal) put in that class."""
+    out = {}
+    for cls in ("lr too large", "batch above", "neither"):
+        members = [r for r in rows if r["label"] == cls]
+        if key == "signal_class":
+            hit = [(r["signal_class"] == "lr too large") == (cls == "lr too large") for r in members]
+        else:
+            hit = [r[key] == cls for r in members]
+        out[cls] = {"n": len(members), "agree": int(sum(hit))}
+    return out
+
+
+def report(args, s: dict, data: dict, runs) -> dict:
+    import shutil
+
+    body, claims, notes, figures = [], [], [], []
+    fit_rows, cell_rows, all_rows = [], [], []
+    for task, d in data.items():
+        t = d["tuned"]
+        fit_rows.append([task, "tuned (best lr per B)", f"{fmt(t['b_crit'])} ({_ci(t['b_crit_ci'])})", fmt(t["r2"]),
+                         _trust(t)])
+        for key, f in d["fixed"].items():
+            fit_rows.append([task, f"fixed lr {key}", f"{fmt(f['b_crit'])} ({_ci(f['b_crit_ci'])})", fmt(f["r2"]),
+                             _trust(f)])
+        for r in d["cells"]:
+            all_rows.append({**r, "task": task})
+            cell_rows.append([task, r["num_envs"], f"{r['lr']:.0e}", fmt(r["env_steps_median"]), r["label"],
+                              fmt(r["signal"]), r["doctor"]])
+        src = runs / task / d["heatmap"]
+        if src.exists():
+            name = f"heatmap_{task}.png"
+            shutil.copyfile(src, args.out / name)
+            figures.append(name)
+    doc, sig = agreement(all_rows, "doctor"), agreement(all_rows, "signal_class")
+
+    def agree_text(a):
+        return "; ".join(f"{c}: {v['agree']} of {v['n']}" for c, v in a.items() if v["n"])
+
+    body += ["## B_crit with the lr tuned per B, and at each fixed lr", "",
+             md_table(["task", "fit", "B_crit envs (90% CI)", "R²", "trust"], fit_rows), "",
+             "## Labelled runs", "",
+             f"Label: `lr too large` when a smaller lr at the same B reaches the target with <= {FASTER}x the median "
+             "env steps; `batch above` when B > 2x the tuned B_crit (trusted fits only); else `neither`. `signal`: "
+             "the run's step_ratio_online (median over seeds, before the median seed reached the target); `doctor`: "
+             "the class of `tclock doctor`'s verdict.", "",
+             md_table(["task", "B", "lr", "E median", "label", "signal r_B", "doctor"], cell_rows), "",
+             "## Agreement per class", "",
+             md_table(["judge", "agreement"], [["tclock doctor", agree_text(doc)],
+                                              ["signal alone (r_B > threshold)", agree_text(sig)]]), ""]
+    ok = all(v["n"] == 0 or v["agree"] / v["n"] >= 0.9 for v in doc.values()) and any(v["n"] for v in doc.values())
+    claims.append(common.claim("doctor_lr_verdict", "the doctor tells 'lr too large' from 'batch above' from neither",
+                               "— (tclock's issue: >= 90% per class on labelled B x lr runs)", agree_text(doc),
+                               "reproduced" if ok else "partly" if any(v["agree"] for v in doc.values())
+                               else "not reproduced", "labels from the grid itself; see the table"))
+    tuned_vs_fixed = []
+    for task, d in data.items():
+        f = d["fixed"].get("1e-03")
+        if f and math.isfinite(d["tuned"]["b_crit"]) and math.isfinite(f["b_crit"]):
+            tuned_vs_fixed.append(f"{task}: tuned {fmt(d['tuned']['b_crit'])} vs fixed 1e-3 {fmt(f['b_crit'])}")
+    claims.append(common.claim("tuned_b_crit", "a fixed-lr sweep mixes the step size into B_crit",
+                               "— (McCandlish et al. 2018 tune the lr per B)", "; ".join(tuned_vs_fixed) or "no fits",
+                               "inconclusive" if not tuned_vs_fixed else "partly",
+                               "compare the two rows per task; CIs in the table"))
+    if args.resume:
+        notes.append("--resume: finished runs under OUT/runs were reused; the runtime covers the analysis only.")
+    return common.write_outputs(args, "The batch and the step size together", "\n".join(body), data, claims, figures,
+                                notes=notes, settings={k: v for k, v in s.items() if k != "cfg"} | {"cfg": s["cfg"]})
+
+
+if __name__ == "__main__":
+    main()
