@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from tclock.config import TrainConfig
 from tclock.pipeline import AsyncPipeline, calibrate_max_age
 from tclock.runbook import RunBook, RunResult
+from tclock.control.coscale import lr_multiplier
 from tclock.runtime import build_agent, compiled_for, make_lr_clock
 
 # The keys of a pipeline update record that the run logs as they are.
@@ -136,7 +137,8 @@ def _run_async(book: RunBook, cfg: TrainConfig, clock, device, on_iteration) -> 
         number = book.last_good.iteration + 1
         update = learner_programs.update_gdc if (cfg.gdc_every > 0 and number % cfg.gdc_every == 0) \
             else learner_programs.update_plain
-        lr = jnp.float32(lr_clock.lr(counters["env_steps"], book.wall()))
+        lr = jnp.float32(lr_clock.lr(counters["env_steps"], book.wall())
+                         * lr_multiplier(cfg.lr_scaling, cfg.num_envs, cfg.lr_base_envs))
         new_state, upd_m = update(learner_state[0], jax.device_put(traj, learner_device), lr)
         jax.block_until_ready(new_state)
         learner_state[0] = new_state

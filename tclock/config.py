@@ -39,7 +39,7 @@ class TrainConfig:
     lr: float = 1e-3  # Adam learning rate (before lr_scaling)
     lr_schedule: str = "constant"  # constant | linear | cosine, over the lr_clock's horizon
     lr_clock: str = "steps"  # steps (env steps / total_steps) | wall (seconds / total_seconds) | hybrid
-    lr_scaling: str = "none"  # none | sqrt | linear: scale lr with num_envs / lr_base_envs
+    lr_scaling: str = "none"  # none | sqrt | linear | noise: the lr follows B (tclock.control.coscale; DRBS moves too)
     lr_base_envs: int = 256  # the num_envs at which lr_scaling leaves lr unchanged
     gamma: float = 0.97  # discount
     gae_lambda: float = 0.95  # GAE / HAE lambda
@@ -79,6 +79,9 @@ class TrainConfig:
     drbs_low: float = 0.35
     drbs_step: float = 0.25  # 0.25: +-25% per decision; 1.0: the write-up's first x2 / /2 version
     drbs_precompile: bool = False  # compile every ladder size before training starts
+    drbs_signal: str = "critical"  # critical: steer to the online critical batch / B*; rt_ut: the write-up's ratio rule
+    drbs_band: float = 1.5  # critical: hold while B is within this factor of the target either way
+    drbs_estimates: int = 3  # critical: new critical-batch estimates at a size before the next move
     # mitigations: update rhythm on the wall clock (PURM)
     purm: bool = False
     purm_t_base: float = 3.0
@@ -112,9 +115,12 @@ class TrainConfig:
     def num_iterations(self) -> int:
         return max(1, self.total_steps // self.transitions_per_rollout)
 
-    def scaled_lr(self) -> float:
-        ratio = self.num_envs / self.lr_base_envs
-        return self.lr * {"none": 1.0, "sqrt": math.sqrt(ratio), "linear": ratio}[self.lr_scaling]
+    def scaled_lr(self, b_noise: float | None = None) -> float:
+        """``lr`` at ``num_envs`` under ``lr_scaling`` (:func:`tclock.control.coscale.lr_multiplier`;
+        ``noise`` needs the online noise scale ``b_noise`` and is 1x without it)."""
+        from tclock.control.coscale import lr_multiplier
+
+        return self.lr * lr_multiplier(self.lr_scaling, self.num_envs, self.lr_base_envs, b_noise)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -144,7 +150,8 @@ def config_differences(saved: dict, cfg: TrainConfig, may_differ=frozenset(), li
     return "; ".join(f"{k}: saved {saved.get(k, plain[k])!r}, now {now[k]!r}" for k in diff[:limit])
 _CHOICES = {
     "lr_schedule": ("constant", "linear", "cosine"),
-    "lr_scaling": ("none", "sqrt", "linear"),
+    "lr_scaling": ("none", "sqrt", "linear", "noise"),
+    "drbs_signal": ("critical", "rt_ut"),
     "activation": ("tanh", "relu", "swish"),
     "advantage": ("gae", "hae"),
     "hae_combine": ("sum", "reward"),
@@ -318,6 +325,15 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                           "wall horizon; give --total-seconds (e.g. 120) or use --lr-clock steps")
     if cfg.drbs:
         drbs_ladder(cfg)  # raises ConfigError on an impossible ladder
+        if cfg.drbs_signal == "critical" and not (cfg.gdc_every and (cfg.noise_groups or cfg.noise_split)):
+            raise ConfigError("drbs_signal: critical steers by the online critical batch, which needs gdc_every >= 1 "
+                              "and noise_groups >= 1 (or --noise-split); set them or use --drbs-signal rt_ut")
+    if cfg.lr_scaling == "noise" and cfg.arp:
+        raise ConfigError("lr_scaling: noise is applied by the synchronous loop only; use none | sqrt | linear "
+                          "with --arp")
+    if cfg.lr_scaling == "noise" and not (cfg.gdc_every and (cfg.noise_groups or cfg.noise_split)):
+        raise ConfigError("lr_scaling: noise follows the online noise scale, which needs gdc_every >= 1 and "
+                          "noise_groups >= 1 (or --noise-split); set them or pick none | sqrt | linear")
     if cfg.arp:
         if cfg.drbs or cfg.purm:
             raise ConfigError("arp: the asynchronous pipeline runs one batch size on its own clock; "
@@ -360,8 +376,12 @@ def drbs_ladder(cfg: TrainConfig) -> tuple:
 
 
 def make_drbs_controller(cfg: TrainConfig):
-    from tclock.control import DRBSController
+    from tclock.control import CriticalBatchController, DRBSController
 
+    if cfg.drbs_signal == "critical":
+        return CriticalBatchController(base=cfg.num_envs, min=cfg.drbs_min, max=cfg.drbs_max, step=cfg.drbs_step,
+                                       band=cfg.drbs_band, min_estimates=cfg.drbs_estimates,
+                                       multiple=ladder_multiple(cfg))
     return DRBSController(base=cfg.num_envs, min=cfg.drbs_min, max=cfg.drbs_max, window=cfg.drbs_window,
                           high=cfg.drbs_high, low=cfg.drbs_low, step=cfg.drbs_step, multiple=ladder_multiple(cfg))
 

@@ -26,6 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from tclock.config import TrainConfig, make_drbs_controller, validate
+from tclock.control.coscale import lr_multiplier
+from tclock.control.drbs_critical import median_of
+from tclock.online_critical import ONLINE_KEY
 from tclock.control import RhythmGate, UpdateRhythm
 from tclock.runbook import RunBook, RunResult, TrainingDiverged
 from tclock.runtime import CompiledAgent, build_agent, compiled_for, make_lr_clock
@@ -92,6 +95,9 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
         return _run(book, cfg, clock, sleep, device, on_iteration)
 
 
+DRBS_KEY = {"rt_ut": "drbs_ratio_mean", "critical": "drbs_target_envs"}  # what each DRBS signal logs
+
+
 def _prepare(book: RunBook, cfg: TrainConfig, device):
     """``(controller, iteration, state, programs)``: the DRBS controller (or None), the state to
     start from (restored or new) and the compiled programs of the first batch size."""
@@ -124,6 +130,7 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, device, on_iteration) ->
     lr_clock = make_lr_clock(cfg)
     env_steps = book.host.env_steps
     prev_learn_start = None
+    b_noise = None  # the latest online noise scale (envs): lr_scaling "noise" follows it
 
     def batch_size() -> int:
         return controller.batch_size if controller is not None else cfg.num_envs
@@ -139,21 +146,23 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, device, on_iteration) ->
         if prev_learn_start is not None:
             prev_learn_start += fresh_compile_s  # a compile is not part of the update interval
         update = compiled.update_gdc if cfg.gdc_every > 0 and number % cfg.gdc_every == 0 else compiled.update_plain
-        lr = jnp.float32(lr_clock.lr(env_steps, book.wall()))
+        lr = jnp.float32(lr_clock.lr(env_steps, book.wall())
+                         * lr_multiplier(cfg.lr_scaling, batch, cfg.lr_base_envs, b_noise))
         state, roll_m, upd_m, clocks, prev_learn_start = timed_iteration(compiled.rollout, update, state, lr,
                                                                          clock, prev_learn_start)
         env_steps += batch * cfg.unroll_length
         iteration = number
         extra = {}
-        if controller is not None:
-            controller.update(clocks.ratio)
-            extra.update(drbs_ratio_mean=controller.ratio_mean(), drbs_next_num_envs=controller.batch_size,
-                         compiled_sizes=len(cache.programs))
         if gate is not None:
             extra.update(purm_allowed_updates=gate.rhythm.allowed_updates(gate.elapsed()),
                          purm_waited_s=gate.waited_s)
         record = book.record(number, env_steps, clocks.rt, clocks.learn, clocks.ut, clocks.ratio, batch,
                              cache.count(), (roll_m, upd_m), extra)
+        b_noise = median_of(record.get(ONLINE_KEY)) or b_noise
+        if controller is not None:
+            controller.observe(record)
+            record.update({DRBS_KEY[cfg.drbs_signal]: controller.ratio_mean(),
+                           "drbs_next_num_envs": controller.batch_size, "compiled_sizes": len(cache.programs)})
         book.commit(record, state, upd_m["finite"])
         _report(progress, record, clocks, batch, cfg, gate is not None)
         if on_iteration is not None:

@@ -111,6 +111,8 @@ def compile_agent(agent: Learner, state, active: int, variants: tuple = ("plain"
 
 
 def make_lr_clock(cfg: TrainConfig) -> LRClock:
-    """The learning-rate schedule on its clock: env steps per seed, wall seconds, or hybrid."""
-    return LRClock(cfg.lr_clock, cfg.lr_schedule, cfg.scaled_lr(), total_steps=float(cfg.total_steps),
+    """The learning-rate schedule on its clock: env steps per seed, wall seconds, or hybrid; of the
+    unscaled ``lr`` (the loop applies ``lr_scaling`` at the current batch size,
+    :func:`tclock.control.coscale.lr_multiplier`)."""
+    return LRClock(cfg.lr_clock, cfg.lr_schedule, cfg.lr, total_steps=float(cfg.total_steps),
                    total_seconds=cfg.total_seconds or None)

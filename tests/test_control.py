@@ -369,3 +369,75 @@ def test_lr_clock_bundle_returns_plain_floats():
         LRClock("wall", "linear", 1.0, total_steps=10)
     with pytest.raises(ValueError, match="total_steps and total_seconds"):
         LRClock("hybrid", "linear", 1.0, total_steps=10)
+
+
+# --------------------------------------------------------------------------- DRBS by the critical batch
+def _record(b_crit=None, num_envs=64, rt=0.01, learn=0.02):
+    return {"b_crit_online_envs": None if b_crit is None else [b_crit * 0.9, b_crit, b_crit * 1.1],
+            "num_envs": num_envs, "rt_s": rt, "learn_s": learn}
+
+
+def test_critical_drbs_steps_towards_the_estimate_with_hysteresis():
+    from tclock.control import CriticalBatchController
+
+    c = CriticalBatchController(base=256, min=32, max=1024, step=1.0, band=1.5, min_estimates=2)
+    assert c.ladder == (32, 64, 128, 256, 512, 1024)
+    script = [None, 50, 50, 50, 50, 50, 50, 50, 50]  # None: a plain iteration (no estimate)
+    sizes = [c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0)) for b in script]
+    # two estimates per move: 256 -> 128 -> 64, then 64 is within 1.5x of 50 and it holds
+    assert sizes == [256, 256, 128, 128, 64, 64, 64, 64, 64]
+    assert [m.size for m in c.history] == [128, 64] and all(m.source == "b_crit" for m in c.history)
+    for b in (100, 100, 100, 100):  # the estimate rises: 64 * 1.5 < 100 -> grow one rung, then hold at 128
+        c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
+    assert c.batch_size == 128
+    for b in (1e4,) * 20:  # far above the ladder: stops at the top
+        c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
+    assert c.batch_size == 1024
+    c.observe(_record(None))
+    assert c.batch_size == 1024  # no estimate, no move
+
+
+def test_critical_drbs_uses_the_wall_clock_optimum_once_two_sizes_are_timed():
+    from tclock.control import CriticalBatchController
+
+    c = CriticalBatchController(base=64, min=32, max=1024, step=1.0, band=1.5, min_estimates=1)
+    a, k = 0.05, 1e-4  # t(B) = a + k B: B* = sqrt(b a / k) = sqrt(100 * 500) ≈ 224
+    c.observe(_record(100, num_envs=64, rt=0.0, learn=a + k * 64))  # 64 < 100/1.5 -> up to 128
+    assert c.batch_size == 128 and c.history[-1].source == "b_crit"
+    c.observe(_record(100, num_envs=128, rt=0.0, learn=a + k * 128))  # now timed at 2 sizes: target B*
+    target, source = c.target()
+    assert source == "b_star" and target == pytest.approx((100 * a / k) ** 0.5, rel=1e-6)
+    assert c.batch_size == 256 and c.history[-1].source == "b_star"  # 128 * 1.5 < 224: one rung up
+    c.observe(_record(100, num_envs=256, rt=0.0, learn=a + k * 256))
+    assert c.batch_size == 256  # 256 is within 1.5x of 224: hold
+    state = c.state_dict()
+    again = CriticalBatchController(base=64, min=32, max=1024, step=1.0, band=1.5, min_estimates=1)
+    again.load_state_dict(state)
+    assert again.target() == c.target() and again.batch_size == 256 and again.history == c.history
+
+
+def test_critical_drbs_validation():
+    from tclock.control import CriticalBatchController
+
+    for kw, match in (({"band": 0.9}, "band="), ({"min_estimates": 0}, "min_estimates="),
+                      ({"base": 48, "multiple": 32}, "multiple")):
+        with pytest.raises(ValueError, match=match):
+            CriticalBatchController(**{"base": 64, "min": 32, "max": 256, **kw})
+    c = CriticalBatchController(base=64, min=32, max=256)
+    with pytest.raises(ValueError, match="not on this controller's ladder"):
+        c.load_state_dict({"batch_size": 99})
+
+
+def test_lr_multiplier_rules():
+    from tclock.control import lr_multiplier
+
+    assert lr_multiplier("none", 64, 256) == 1.0
+    assert lr_multiplier("sqrt", 64, 256) == pytest.approx(0.5)
+    assert lr_multiplier("linear", 1024, 256) == pytest.approx(4.0)
+    # McCandlish's eps_opt(B) = eps_max / (1 + b/B), relative to the base size
+    b = 100.0
+    assert lr_multiplier("noise", 64, 256, b) == pytest.approx((64 / 164) / (256 / 356))
+    assert lr_multiplier("noise", 10**7, 256, b) == pytest.approx(356 / 256, rel=1e-4)  # B >> b: eps_max
+    assert lr_multiplier("noise", 64, 256, None) == 1.0  # before the first estimate
+    with pytest.raises(ValueError, match="lr_scaling="):
+        lr_multiplier("cubic", 64, 256)

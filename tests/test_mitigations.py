@@ -15,7 +15,14 @@ def test_drbs_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="num_envs: with --drbs"):
         validate(TrainConfig(drbs=True, num_envs=32, drbs_min=64))
     with pytest.raises(ConfigError, match="drbs: "):
-        validate(TrainConfig(drbs=True, num_envs=64, drbs_min=64, drbs_max=128, drbs_low=0.9, drbs_high=0.5))
+        validate(TrainConfig(drbs=True, drbs_signal="rt_ut", num_envs=64, drbs_min=64, drbs_max=128, drbs_low=0.9,
+                             drbs_high=0.5))
+    with pytest.raises(ConfigError, match="drbs: band="):
+        validate(TrainConfig(drbs=True, num_envs=64, drbs_min=64, drbs_max=128, drbs_band=0.5))
+    with pytest.raises(ConfigError, match="drbs_signal: critical .* gdc_every"):
+        validate(TrainConfig(drbs=True, num_envs=64, drbs_min=64, drbs_max=128, gdc_every=0))
+    with pytest.raises(ConfigError, match="lr_scaling: noise"):
+        validate(TrainConfig(lr_scaling="noise", gdc_every=0))
     assert drbs_ladder(TrainConfig(drbs=True, num_envs=32, drbs_min=16, drbs_max=64, drbs_step=1.0, **SMALL)) == (
         16, 32, 64)
 
@@ -37,7 +44,7 @@ def test_rollout_on_a_prefix_leaves_paused_envs_untouched():
 @pytest.mark.slow
 def test_drbs_run_changes_batch_within_compile_bound(tmp_path):
     # low=0.95: the synchronous ratio is always below it, so the controller grows 16 -> 32 -> 64.
-    cfg = TrainConfig(num_envs=16, drbs=True, drbs_min=16, drbs_max=64, drbs_step=1.0, drbs_window=2,
+    cfg = TrainConfig(num_envs=16, drbs=True, drbs_signal="rt_ut", drbs_min=16, drbs_max=64, drbs_step=1.0, drbs_window=2,
                       drbs_low=0.95, drbs_high=0.99, total_steps=16 * 16 * 12, out=str(tmp_path / "drbs"), **SMALL)
     train(cfg)
     records = runlog.read_metrics(cfg.out)
@@ -95,3 +102,25 @@ def test_hae_training_run_logs_raw_advantage_stats(tmp_path):
     records = runlog.read_metrics(cfg.out)
     assert len(records) == 3 and runlog.read_config(cfg.out)["advantage"] == "hae"
     assert all(np.isfinite(r["adv_std"]).all() for r in records)
+
+
+@pytest.mark.slow
+def test_drbs_steered_by_the_critical_batch_moves_towards_its_target(tmp_path):
+    """Every change the loop makes goes one rung towards the logged target (the online critical
+    batch or B*), and only when B is outside the hysteresis band around it."""
+    cfg = TrainConfig(num_envs=32, drbs=True, drbs_min=16, drbs_max=128, drbs_step=1.0, drbs_estimates=1,
+                      total_steps=32 * 16 * 40, out=str(tmp_path / "crit"),
+                      **{**SMALL, "gdc_every": 2, "gdc_minibatch": 32, "noise_groups": 2})
+    train(cfg)
+    records = runlog.read_metrics(cfg.out)
+    assert any(r.get("drbs_target_envs") for r in records)
+    moves = 0
+    for r in records:
+        b, nxt, target = r["num_envs"], r["drbs_next_num_envs"], r.get("drbs_target_envs")
+        if nxt != b:
+            moves += 1
+            assert target is not None and (nxt < b) == (b > cfg.drbs_band * target), r
+            assert (nxt > b) == (b * cfg.drbs_band < target)
+    assert {r["num_envs"] for r in records} <= set(drbs_ladder(cfg))
+    assert max(r["compiled_sizes"] for r in records) <= len(drbs_ladder(cfg))
+    assert moves >= 1  # the estimate on this task is far from 32 envs at some point

@@ -8,7 +8,10 @@ return an optax schedule; importing ``tclock.control`` never pulls in JAX.
 Three independent controllers (section 4 of the write-up), one module each:
 
 * :mod:`tclock.control.drbs` -- dynamic rollout batch size on a ladder of valid sizes
-  (:func:`batch_ladder`, :class:`Decision`, :class:`DRBSController`);
+  (:func:`batch_ladder`, :class:`Decision`, :class:`DRBSController`, steered by RT/UT);
+* :mod:`tclock.control.drbs_critical` -- DRBS steered by the online critical batch or B*
+  (:class:`CriticalBatchController`, the default signal);
+* :mod:`tclock.control.coscale` -- the lr that follows B (:func:`lr_multiplier`);
 * :mod:`tclock.control.rhythm` -- the policy-update rhythm PURM and its wall-clock gate
   (:class:`UpdateRhythm`, :class:`RhythmGate`, :class:`WallClock`);
 * :mod:`tclock.control.schedules` -- learning-rate schedules on the step, wall or hybrid clock
@@ -19,7 +22,9 @@ re-exported here, so ``from tclock.control import X`` works for all of them.
 """
 from __future__ import annotations
 
+from tclock.control.coscale import SCALING_KINDS, lr_multiplier
 from tclock.control.drbs import Decision, DRBSController, batch_ladder
+from tclock.control.drbs_critical import CriticalBatchController, Move
 from tclock.control.rhythm import RhythmGate, UpdateRhythm, WallClock
 from tclock.control.schedules import (
     LR_CLOCK_MODES,
@@ -34,6 +39,10 @@ __all__ = [
     "batch_ladder",
     "Decision",
     "DRBSController",
+    "CriticalBatchController",
+    "Move",
+    "SCALING_KINDS",
+    "lr_multiplier",
     "UpdateRhythm",
     "RhythmGate",
     "LR_CLOCK_MODES",

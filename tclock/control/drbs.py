@@ -281,6 +281,11 @@ class DRBSController:
         # ties -> the candidate closest to the current size (the smaller move)
         return builtins.min(candidates, key=lambda s: (abs(s - target), abs(s - self._size)))
 
+    def observe(self, record: dict) -> int:
+        """The loop's entry point (shared with :class:`tclock.control.drbs_critical.CriticalBatchController`):
+        :meth:`update` with the record's ``rt_ut_ratio``."""
+        return self.update(record.get("rt_ut_ratio"))
+
     def update(self, rt_ut_ratio: float | None) -> int:
         """Record one ``rt_ut_ratio`` and return the batch size for the next rollout."""
         self._calls += 1

@@ -1,0 +1,173 @@
+"""DRBS that steers by the critical batch (``drbs_signal="critical"``, the default of ``--drbs``).
+
+Plain Python (+ NumPy), no JAX: the controller runs in the host loop between jitted calls, on
+the same fixed ladder as :class:`tclock.control.drbs.DRBSController` (bounded compiles).
+
+Why not RT/UT: in a synchronous loop ``rt_ut_ratio = RT / (RT + learn)`` is the rollout's share
+of an iteration; it barely moves with B and carries no information about the critical batch
+(docs/metrics.md), so a controller steered by it drifts to one end of the ladder whatever the
+task needs.  This one steers by the quantity the S-E relation is about:
+
+* the target is the online critical batch ``b`` (``b_crit_online_envs``, median over seeds;
+  :mod:`tclock.online_critical`), or, once the run has timed iterations at two or more ladder
+  sizes and ``t(B) = a + k B`` has positive terms, the wall-clock optimum
+  ``B* = sqrt(b a / k)`` (McCandlish et al. 2018; :func:`tclock.critical.wallclock_optimum`);
+* every ``min_estimates`` new estimates at the current size it compares B with the target:
+  B > ``band`` x target -> one rung down, B < target / ``band`` -> one rung up, else hold
+  (the hysteresis band keeps a noisy estimate from making the size oscillate);
+* a rung is the ladder size nearest to ``B / (1 + step)`` (or ``B (1 + step)``) strictly below
+  (above) the current one, as in the RT/UT controller.
+
+The online estimate's calibration against sweeps is in RESULTS.md (experiments/online_critical.py):
+it runs below the sweep's B_crit on pointmass_reach, so this controller leans small there.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from tclock.control.checks import finite_number, is_int
+from tclock.control.drbs import _check_range, _resolve_ladder
+
+__all__ = ["Move", "CriticalBatchController"]
+
+
+class Move(NamedTuple):
+    """One change: the target it steered to (envs), what the target was, the new size."""
+
+    target: float
+    source: str  # "b_crit" or "b_star"
+    size: int
+
+
+def median_of(values) -> float | None:
+    """Median over seeds of a logged per-seed value (None when nothing finite)."""
+    if values is None:
+        return None
+    v = np.asarray([x for x in np.ravel(values) if x is not None], dtype=float)
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) if v.size else None
+
+
+class CriticalBatchController:
+    """Steers the batch size towards the online critical batch or ``B*``; see the module docstring.
+
+    Call :meth:`observe` once per iteration with the iteration's metrics record (it reads
+    ``b_crit_online_envs``, ``num_envs``, ``rt_s``, ``learn_s``); :attr:`batch_size` is the size
+    for the next rollout.
+    """
+
+    def __init__(self, base: int = 256, min: int = 64, max: int = 1024,  # noqa: A002
+                 step: float = 0.25, band: float = 1.5, min_estimates: int = 3,
+                 ladder: Sequence[int] | None = None, multiple: int = 1) -> None:
+        if not finite_number(band) or band < 1:
+            raise ValueError(f"band={band!r} must be a finite number >= 1 (1.5: hold while B is within "
+                             "1.5x of the target either way)")
+        if not is_int(min_estimates) or min_estimates < 1:
+            raise ValueError(f"min_estimates={min_estimates!r} must be an integer >= 1 (new critical-batch "
+                             "estimates at a size before the controller may move again)")
+        if not finite_number(step) or step <= 0:
+            raise ValueError(f"step={step!r} must be a finite number > 0")
+        _check_range(base, min, max, multiple)
+        self._ladder = _resolve_ladder(ladder, base, min, max, multiple, step)
+        self._step, self._band, self._min_estimates = float(step), float(band), int(min_estimates)
+        self._size = int(base)
+        self._seen = 0  # estimates at the current size since the last change
+        self._b: float | None = None
+        self._times: dict[int, list[float]] = {}
+        self._history: list[Move] = []
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def batch_size(self) -> int:
+        return self._size
+
+    @property
+    def ladder(self) -> tuple[int, ...]:
+        return self._ladder
+
+    @property
+    def history(self) -> tuple[Move, ...]:
+        return tuple(self._history)
+
+    def ratio_mean(self) -> float | None:
+        """The current target (envs), logged as ``drbs_target_envs``; None before the first estimate."""
+        target, _ = self.target()
+        return target
+
+    def time_fit(self) -> tuple[float, float] | None:
+        """``(a, k)`` of ``t(B) = a + k B`` over the median iteration time per timed size, when at
+        least two sizes were timed and both terms are positive."""
+        sizes = sorted(self._times)
+        if len(sizes) < 2:
+            return None
+        from tclock.critical import fit_linear_time
+
+        f = fit_linear_time(sizes, [float(np.median(self._times[b])) for b in sizes])
+        return (f.a, f.k) if f.a > 0 and f.k > 0 else None
+
+    def target(self) -> tuple[float | None, str]:
+        """``(target envs, "b_star" | "b_crit")``; ``(None, "")`` before an estimate exists."""
+        if self._b is None:
+            return None, ""
+        fit = self.time_fit()
+        if fit is not None:
+            return math.sqrt(self._b * fit[0] / fit[1]), "b_star"
+        return self._b, "b_crit"
+
+    # ------------------------------------------------------------------ the rule
+    def _nearest(self, goal: float, candidates: Sequence[int]) -> int:
+        return builtins.min(candidates, key=lambda s: (abs(s - goal), abs(s - self._size)))
+
+    def observe(self, record: dict) -> int:
+        """Takes one iteration's record; returns the batch size for the next rollout."""
+        rt, learn, b_now = record.get("rt_s"), record.get("learn_s"), record.get("num_envs")
+        if finite_number(rt) and finite_number(learn) and is_int(b_now):
+            self._times.setdefault(int(b_now), []).append(float(rt) + float(learn))
+            self._times[int(b_now)] = self._times[int(b_now)][-50:]
+        b = median_of(record.get("b_crit_online_envs"))
+        if b is None or b <= 0:
+            return self._size
+        self._b = b
+        self._seen += 1
+        if self._seen < self._min_estimates:
+            return self._size
+        target, source = self.target()
+        new = self._size
+        if self._size > self._band * target:
+            below = [s for s in self._ladder if s < self._size]
+            if below:
+                new = self._nearest(self._size / (1.0 + self._step), below)
+        elif self._size * self._band < target:
+            above = [s for s in self._ladder if s > self._size]
+            if above:
+                new = self._nearest(self._size * (1.0 + self._step), above)
+        if new != self._size:
+            self._size, self._seen = new, 0
+            self._history.append(Move(float(target), source, new))
+        return self._size
+
+    # ------------------------------------------------------------------ resume
+    def state_dict(self) -> dict:
+        return {"batch_size": self._size, "seen": self._seen, "b": self._b,
+                "times": {str(k): v for k, v in self._times.items()},
+                "history": [list(m) for m in self._history], "ladder": list(self._ladder)}
+
+    def load_state_dict(self, state: dict) -> None:
+        try:
+            size = int(state["batch_size"])
+            seen = int(state.get("seen", 0))
+            b = state.get("b")
+            times = {int(k): [float(x) for x in v] for k, v in (state.get("times") or {}).items()}
+            history = [Move(float(t), str(src), int(s)) for t, src, s in state.get("history", [])]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"DRBS state is malformed ({e!r}); pass the dict returned by "
+                             "CriticalBatchController.state_dict()") from e
+        if size not in self._ladder:
+            raise ValueError(f"saved batch_size={size} is not on this controller's ladder {list(self._ladder)}; "
+                             "resume with the same drbs_min/drbs_max/drbs_step as the original run")
+        self._size, self._seen, self._times, self._history = size, seen, times, history
+        self._b = float(b) if b is not None else None
