@@ -7,7 +7,6 @@ be checked before anything compiles, raising ``ConfigError`` with the field name
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
