@@ -2,7 +2,7 @@
 doctor's step-size verdict against labelled runs.
 
 For each task, ``tclock.sweep.run_sweep`` trains a B x lr grid (``SweepSpec(lrs=...)``; quick
-mode: B = 32..1024, lr in {1e-4, 3e-4, 1e-3, 3e-3}, 3 seeds, 600k env steps per seed, the half
+mode: B = 32..1024, lr in {1e-4, 3e-4, 1e-3, 3e-3, 1e-2}, 3 seeds, 600k env steps per seed, the half
 learning phase on so every run logs the step-size signal).  From each grid:
 
 * the lr-tuned B_crit (McCandlish's definition: the best lr at each B, chosen inside every
@@ -15,7 +15,7 @@ learning phase on so every run logs the step-size signal).  From each grid:
   against its label, and the verdict of ``tclock doctor`` (rows ``step_size`` and
   ``critical_batch``) against it: agreement per class.
 
-    python experiments/lr_batch.py --quick     # pointmass_reach and its terminal variant (2-core CPU, ~1 h)
+    python experiments/lr_batch.py --quick     # pointmass_reach, its terminal variant, a half-radius variant (2-core CPU, ~40 min)
     python experiments/lr_batch.py --quick --resume   # reuse finished runs, redo the analysis
     python experiments/lr_batch.py             # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
 """
@@ -33,6 +33,7 @@ FASTER = 0.6  # the label: a smaller lr at the same B reaches the target with <=
 TASKS = {
     "pointmass_reach": {},
     "pointmass_reach_terminal": {"env": "pointmass_reach", "env_kwargs": {"terminate_on_success": True}},
+    "pointmass_reach_fine": {"env": "pointmass_reach", "env_kwargs": {"radius": 0.05}},  # half the radius: sparser
     "reacher_sparse": {"env": "reacher_sparse"},
 }
 
@@ -44,10 +45,11 @@ def settings(args) -> dict:
                                                    "num_minibatches": 2, "num_epochs": 2, "gdc_minibatch": 32,
                                                    "gdc_every": 2, "noise_split": True, "target_success": 0.05}}
     if args.mode == "quick":
-        return {"tasks": ("pointmass_reach", "pointmass_reach_terminal"), "batch_sizes": (32, 64, 128, 256, 512, 1024),
-                "lrs": (1e-4, 3e-4, 1e-3, 3e-3), "seeds": 3, "total_steps": 600_000,
+        return {"tasks": ("pointmass_reach", "pointmass_reach_terminal", "pointmass_reach_fine"),
+                "batch_sizes": (32, 64, 128, 256, 512, 1024),
+                "lrs": (1e-4, 3e-4, 1e-3, 3e-3, 1e-2), "seeds": 3, "total_steps": 600_000,
                 "cfg": {"unroll_length": 32, "gdc_every": 4, "noise_split": True}}
-    return {"tasks": tuple(TASKS), "batch_sizes": (32, 64, 128, 256, 512, 1024, 2048), "lrs": (1e-4, 3e-4, 1e-3, 3e-3),
+    return {"tasks": tuple(TASKS), "batch_sizes": (32, 64, 128, 256, 512, 1024, 2048), "lrs": (1e-4, 3e-4, 1e-3, 3e-3, 1e-2),
             "seeds": 4, "total_steps": 2_000_000, "cfg": {"unroll_length": 32, "gdc_every": 4, "noise_split": True}}
 
 
@@ -87,6 +89,26 @@ def run_signal(run_dir, until_iteration: float) -> float:
     return float(np.median(per_seed)) if per_seed else math.nan
 
 
+ESTIMATORS = ("update_run", "gradient_run", "b_simple")  # the learning phase's noise, the gradient's per env, i.i.d.
+
+
+def online_estimates(summary: dict) -> dict:
+    """Per estimator, the median over B of the online critical batch (envs) of the best-lr runs,
+    and of the lr 1e-3 runs (the default sweep's lr) beside it."""
+    grid = summary["lr_grid"]
+    best = {b["num_envs"]: b["lr"] for b in grid["best_lr"]}
+
+    def med(cells, key):
+        vals = [c["b_simple_envs"] if key == "b_simple" else (c.get("online_estimates_envs") or {}).get(key)
+                for c in cells]
+        v = common.finite(vals)
+        return float(np.median(v)) if v.size else math.nan
+
+    tuned = [c for c in grid["cells"] if best.get(c["num_envs"]) == c["lr"]]
+    default = [c for c in grid["cells"] if math.isclose(c["lr"], 1e-3)]
+    return {"tuned": {k: med(tuned, k) for k in ESTIMATORS}, "lr_1e-03": {k: med(default, k) for k in ESTIMATORS}}
+
+
 def judge(runs, task: str, summary: dict) -> list[dict]:
     """Every run of a grid: label, signal, the doctor's verdicts."""
     from tclock import thresholds
@@ -102,7 +124,14 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
         step_row, batch_row = report.row("step_size"), report.row("critical_batch")
         doctor = ("lr too large" if step_row is not None and step_row.verdict == "lr-too-large"
                   else "batch above" if batch_row is not None and batch_row.verdict == "two-clocks" else "neither")
-        rows.append({"num_envs": c["num_envs"], "lr": c["lr"], "label": labels[(c["num_envs"], c["lr"])],
+        b_tuned = summary["b_crit"]
+        batch_label = (None if not (isinstance(b_tuned, (int, float)) and math.isfinite(b_tuned)) else
+                       "above" if c["num_envs"] > 2 * b_tuned else "below" if c["num_envs"] < b_tuned / 2 else None)
+        rows.append({"batch_label": batch_label, "online_class": batch_row.data.get("class"),
+                     "b_crit_online_envs": batch_row.data.get("b_crit_online_envs"),
+                     "best_lr": any(b["num_envs"] == c["num_envs"] and b["lr"] == c["lr"]
+                                    for b in summary["lr_grid"]["best_lr"])})
+        rows[-1].update({"num_envs": c["num_envs"], "lr": c["lr"], "label": labels[(c["num_envs"], c["lr"])],
                      "signal": r, "signal_class": "lr too large" if r > thresholds.STEP_TOO_LARGE else "not",
                      "doctor": doctor, "env_steps_median": c["env_steps_median"]})
     return rows
@@ -135,6 +164,7 @@ def main(argv=None) -> dict:
                       "tuned": {"b_crit": summary["b_crit"], "b_crit_ci": summary["b_crit_ci"], "r2": summary["r2"],
                                 "trusted": summary["b_crit_trusted"], "distrust": summary["b_crit_distrust"]},
                       "fixed": grid["fixed"], "best_lr": grid["best_lr"], "edge": grid["edge"],
+                      "online": online_estimates(summary),
                       "cells": judge(runs, task, summary), "heatmap": "sweep_lr_heatmap.png"}
     return report(args, s, data, runs)
 
@@ -160,6 +190,55 @@ def agreement(rows: list[dict], key: str) -> dict:
     return out
 
 
+def batch_agreement(rows: list[dict]) -> dict:
+    """Best-lr runs by their tuned-B_crit label: how many the online estimate classes the same."""
+    out = {}
+    for cls in ("above", "below"):
+        members = [r for r in rows if r["best_lr"] and r["batch_label"] == cls]
+        out[cls] = {"n": len(members), "agree": sum(r["online_class"] == cls for r in members)}
+    return out
+
+
+def calibration(data: dict) -> tuple[list, dict]:
+    """Rows of the calibration table and, per estimator, whether it is within 2x of each task's
+    tuned B_crit."""
+    rows, within = [], {k: [] for k in ESTIMATORS}
+    for task, d in data.items():
+        b = d["tuned"]["b_crit"]
+        f = d["fixed"].get("1e-03") or {}
+        row = [task, f"{fmt(b)} ({_ci(d['tuned']['b_crit_ci'])})", f"{fmt(f.get('b_crit'))} ({_ci(f.get('b_crit_ci'))})"]
+        for k in ESTIMATORS:
+            v = d["online"]["tuned"][k]
+            r = v / b if isinstance(b, (int, float)) and math.isfinite(b) and b > 0 and math.isfinite(v) else math.nan
+            within[k].append(bool(math.isfinite(r) and 0.5 <= r <= 2.0))
+            row.append(f"{fmt(v)} ({fmt(r)}x)")
+        rows.append(row)
+    return rows, within
+
+
+def calibration_figure(args, data: dict) -> str:
+    fig, ax = common.figure(1, 1, (7.5, 4.4))
+    ax = ax[0][0]
+    for i, (task, d) in enumerate(data.items()):
+        for dx, (fit, label, style) in enumerate(((d["tuned"], "lr-tuned B_crit (90% CI)", "ks"),
+                                                  (d["fixed"].get("1e-03") or {}, "fixed lr 1e-3 B_crit", "o"))):
+            b, ci = fit.get("b_crit"), fit.get("b_crit_ci")
+            if isinstance(b, (int, float)) and math.isfinite(b) and ci:
+                ax.errorbar([i + 0.15 * dx], [b], yerr=[[b - ci[0]], [ci[1] - b]], fmt=style, capsize=4,
+                            color="black" if dx == 0 else "0.55", label=label if i == 0 else None)
+        for k, marker in zip(ESTIMATORS, "^vD"):
+            v = d["online"]["tuned"][k]
+            if math.isfinite(v):
+                ax.plot([i + 0.3], [v], marker, label=f"online {k}" if i == 0 else None, alpha=0.85)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(data)))
+    ax.set_xticklabels(list(data), fontsize=7)
+    ax.set_ylabel("envs")
+    ax.set_title("online critical batch vs the sweep's (lr tuned per B, and fixed lr)")
+    ax.legend(fontsize=7)
+    return common.save_figure(fig, args.out, "calibration.png")
+
+
 def report(args, s: dict, data: dict, runs) -> dict:
     import shutil
 
@@ -182,12 +261,28 @@ def report(args, s: dict, data: dict, runs) -> dict:
             shutil.copyfile(src, args.out / name)
             figures.append(name)
     doc, sig = agreement(all_rows, "doctor"), agreement(all_rows, "signal_class")
+    batch = batch_agreement(all_rows)
+    cal_rows, within = calibration(data)
+    figures.append(calibration_figure(args, data))
 
     def agree_text(a):
         return "; ".join(f"{c}: {v['agree']} of {v['n']}" for c, v in a.items() if v["n"])
 
     body += ["## B_crit with the lr tuned per B, and at each fixed lr", "",
              md_table(["task", "fit", "B_crit envs (90% CI)", "R²", "trust"], fit_rows), "",
+             "## The online critical batch against the lr-tuned B_crit", "",
+             "Online estimates in envs (median over B of the best-lr runs; ratio to the tuned B_crit in brackets); "
+             "`update_run`: the learning phase's noise per env from the half phase (the estimator "
+             "`b_crit_online_envs` logs with the split on); `gradient_run`: the gradient noise per env from groups of "
+             "whole env trajectories; `b_simple`: the old i.i.d.-transition estimate / T.", "",
+             md_table(["task", "tuned B_crit (90% CI)", "fixed lr 1e-3 B_crit (90% CI)"] + list(ESTIMATORS), cal_rows),
+             "",
+             "## The batch verdict from the online estimate alone", "",
+             "The best-lr run at each B, labelled with its task's lr-tuned B_crit (above: B > 2 B_crit, below: "
+             "B < B_crit / 2); `online class`: what the run's own `b_crit_online_envs` says (above: B > 2x it, "
+             "below: B <= it, else near), as `tclock doctor` computes it without a sweep.", "",
+             md_table(["label", "runs", "online class agrees"],
+                      [[c, v["n"], f"{v['agree']} of {v['n']}"] for c, v in batch.items()]), "",
              "## Labelled runs", "",
              f"Label: `lr too large` when a smaller lr at the same B reaches the target with <= {FASTER}x the median "
              "env steps; `batch above` when B > 2x the tuned B_crit (trusted fits only); else `neither`. `signal`: "
@@ -197,11 +292,25 @@ def report(args, s: dict, data: dict, runs) -> dict:
              "## Agreement per class", "",
              md_table(["judge", "agreement"], [["tclock doctor", agree_text(doc)],
                                               ["signal alone (r_B > threshold)", agree_text(sig)]]), ""]
-    ok = all(v["n"] == 0 or v["agree"] / v["n"] >= 0.9 for v in doc.values()) and any(v["n"] for v in doc.values())
+    ok = doc["lr too large"]["n"] > 0 and all(v["n"] == 0 or v["agree"] / v["n"] >= 0.9 for v in doc.values())
     claims.append(common.claim("doctor_lr_verdict", "the doctor tells 'lr too large' from 'batch above' from neither",
                                "— (tclock's issue: >= 90% per class on labelled B x lr runs)", agree_text(doc),
-                               "reproduced" if ok else "partly" if any(v["agree"] for v in doc.values())
-                               else "not reproduced", "labels from the grid itself; see the table"))
+                               "reproduced" if ok else "inconclusive" if not doc["lr too large"]["n"]
+                               else "partly" if any(v["agree"] for v in doc.values()) else "not reproduced",
+                               "labels from the grid itself; 'reproduced' needs runs of the 'lr too large' class"))
+    for k in ESTIMATORS:
+        got = within[k]
+        claims.append(common.claim(f"online_{k}_vs_tuned", f"online estimate `{k}` within 2x of the lr-tuned B_crit",
+                                   "— (tclock's issue 11: within 2x on >= 3 tasks)",
+                                   f"{sum(got)} of {len(got)} tasks", "reproduced" if got and all(got) and len(got) >= 3
+                                   else "partly" if any(got) else "not reproduced",
+                                   "tuned B_crit: best lr per B, see the first table; ratios in the calibration table"))
+    ok_batch = all(v["n"] and v["agree"] / v["n"] >= 0.9 for v in batch.values())
+    claims.append(common.claim("online_batch_verdict", "the online critical batch classes a batch above / below the "
+                               "lr-tuned B_crit", "— (tclock's issue 11: >= 90% per class)",
+                               "; ".join(f"{c}: {v['agree']} of {v['n']}" for c, v in batch.items()),
+                               "reproduced" if ok_batch else "partly" if any(v["agree"] for v in batch.values())
+                               else "not reproduced", "best-lr run per B on every task; labels from the tuned fit"))
     tuned_vs_fixed = []
     for task, d in data.items():
         f = d["fixed"].get("1e-03")

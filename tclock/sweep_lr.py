@@ -106,7 +106,9 @@ def _cell(r: dict) -> dict:
     st = r["env_steps_to_target"]
     return {"num_envs": r["num_envs"], "lr": r["lr"], "run": r["run"], "n_reached": r["n_reached"],
             "seeds": r["seeds"], "env_steps_median": st["median"], "env_steps_q25": st["q25"],
-            "env_steps_q75": st["q75"], "steps_median": r["steps_to_target"]["median"]}
+            "env_steps_q75": st["q75"], "steps_median": r["steps_to_target"]["median"],
+            "b_crit_online_envs": r.get("b_crit_online_envs"), "b_simple_envs": r.get("b_simple_envs"),
+            "online_estimates_envs": r.get("online_estimates_envs")}
 
 
 def analyse_grid(rows: list[dict], frequency: np.ndarray, fixed: dict[float, dict]) -> dict:

@@ -1,0 +1,135 @@
+"""DRBS steered by the online critical batch against fixed batch sizes, side by side, with and
+without the lr following B (``lr_scaling noise``).
+
+For each task, in one process and one after another on the same machine (so the wall clocks are
+comparable): fixed B at every size of the ladder (the default sweep's 32..1024), then DRBS
+(``drbs_signal critical``, ladder = those sizes, x2 per rung) started from the smallest and from the
+largest size, then the same two starts with ``lr_scaling noise``.  Every run: 3 seeds, the same
+env-step budget, the half learning phase on (the online estimate then comes from the update's
+noise), diagnostics every 2 iterations so that a run starting at B = 1024 (18 iterations in the
+budget) can move.
+
+Reported: wall seconds and env steps to the success target (0.5, trailing mean over 16k env
+steps, median over seeds; ``experiments/mitigations.py``'s rule), each DRBS run's ratio to the best
+fixed B (target: within 1.2x from either start, tclock's issue), the sizes it visited and where it
+ended.
+
+    python experiments/drbs_critical.py --quick   # pointmass_reach and its terminal variant
+    python experiments/drbs_critical.py           # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import common
+from common import fmt, md_table
+from mitigations import median_inf, to_target
+
+NAME = "drbs_critical"
+TASKS = {
+    "pointmass_reach": {},
+    "pointmass_reach_terminal": {"env": "pointmass_reach", "env_kwargs": {"terminate_on_success": True}},
+    "reacher_sparse": {"env": "reacher_sparse"},
+}
+
+
+def settings(args) -> dict:
+    if args.mode == "smoke":
+        return {"tasks": ("pointmass_reach",), "sizes": (16, 32), "seeds": 2, "total_steps": 32 * 8 * 6,
+                "target": 0.05, "cfg": {"unroll_length": 8, "policy_hidden": (16,), "value_hidden": (16,),
+                                        "num_minibatches": 2, "num_epochs": 2, "gdc_minibatch": 32, "gdc_every": 2,
+                                        "noise_split": True, "drbs_estimates": 1}}
+    sizes = (32, 64, 128, 256, 512, 1024)
+    cfg = {"unroll_length": 32, "gdc_every": 2, "noise_split": True, "drbs_estimates": 2}
+    if args.mode == "quick":
+        return {"tasks": ("pointmass_reach", "pointmass_reach_terminal"), "sizes": sizes, "seeds": 3,
+                "total_steps": 600_000, "target": 0.5, "cfg": cfg}
+    return {"tasks": tuple(TASKS), "sizes": sizes + (2048,), "seeds": 4, "total_steps": 2_000_000, "target": 0.5,
+            "cfg": cfg}
+
+
+def variants(s: dict) -> dict:
+    lo, hi = s["sizes"][0], s["sizes"][-1]
+    drbs = {"drbs": True, "drbs_signal": "critical", "drbs_min": lo, "drbs_max": hi, "drbs_step": 1.0}
+    out = {f"fixed_{b}": {"num_envs": b} for b in s["sizes"]}
+    out.update({"drbs_from_small": {**drbs, "num_envs": lo}, "drbs_from_large": {**drbs, "num_envs": hi},
+                "drbs_lr_from_small": {**drbs, "num_envs": lo, "lr_scaling": "noise"},
+                "drbs_lr_from_large": {**drbs, "num_envs": hi, "lr_scaling": "noise"}})
+    return out
+
+
+def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
+    from tclock import runlog
+    from tclock.config import defaults_for
+
+    cfg = defaults_for("ppo", seeds=s["seeds"], total_steps=s["total_steps"], progress=False,
+                       target_success=s["target"], out=str(runs / task / name),
+                       **{"env": task, **TASKS[task]}, **s["cfg"], **changes)
+    common.say(f"{task} {name}")
+    records = common.train_run(cfg, resume=True)
+    common.drop_checkpoints(cfg.out)
+    e, w = to_target(records, s["target"])
+    sizes = [r["num_envs"] for r in records]
+    return {"E_median": median_inf(e), "wall_median": median_inf(w), "n_reached": int(sum(map(math.isfinite, e))),
+            "seeds": len(e), "sizes_visited": sorted(set(sizes)), "final_size": sizes[-1] if sizes else None,
+            "iterations": len(records), "config": runlog.read_config(cfg.out).get("lr_scaling")}
+
+
+def main(argv=None) -> dict:
+    args = common.parse_args(NAME, __doc__.splitlines()[0], argv)
+    s = settings(args)
+    runs = common.fresh_runs_dir(args)
+    data = {task: {name: run_one(task, name, ch, s, runs) for name, ch in variants(s).items()} for task in s["tasks"]}
+    return report(args, s, data)
+
+
+def report(args, s: dict, data: dict) -> dict:
+    body, claims, rows = [], [], []
+    within = []
+    fig, axes = common.figure(1, len(data), (6.0 * len(data), 4.2))
+    for i, (task, runs) in enumerate(data.items()):
+        fixed = {n: r for n, r in runs.items() if n.startswith("fixed_")}
+        walls = {n: r["wall_median"] for n, r in fixed.items() if math.isfinite(r["wall_median"])}
+        best = min(walls, key=walls.get) if walls else None
+        for name, r in runs.items():
+            ratio = r["wall_median"] / walls[best] if best and math.isfinite(r["wall_median"]) else math.nan
+            if name.startswith("drbs"):
+                within.append((task, name, ratio))
+            rows.append([task, name, f"{r['n_reached']}/{r['seeds']}", fmt(r["E_median"]), fmt(r["wall_median"]),
+                         fmt(ratio) + ("  (best fixed)" if name == best else ""), str(r["sizes_visited"]),
+                         str(r["final_size"])])
+        ax = axes[0][i]
+        xs = [int(n.split("_")[1]) for n in fixed]
+        ax.plot(xs, [fixed[n]["wall_median"] for n in fixed], "ko-", label="fixed B")
+        for name, marker in (("drbs_from_small", "^"), ("drbs_from_large", "v"), ("drbs_lr_from_small", "<"),
+                             ("drbs_lr_from_large", ">")):
+            r = runs[name]
+            if math.isfinite(r["wall_median"]) and r["final_size"]:
+                ax.plot([r["final_size"]], [r["wall_median"]], marker, ms=9, label=f"{name} (at its final B)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size B (envs)")
+        ax.set_ylabel("median wall s to target")
+        ax.set_title(task, fontsize=9)
+        ax.legend(fontsize=7)
+    figures = [common.save_figure(fig, args.out, "drbs_vs_fixed.png")]
+    body += ["## Wall time to target: DRBS (critical batch) vs fixed B, side by side", "",
+             md_table(["task", "run", "seeds reached", "E median", "wall median s", "wall / best fixed", "sizes visited",
+                       "final B"], rows), ""]
+    for prefix, what in (("drbs_from", "DRBS, fixed lr"), ("drbs_lr_from", "DRBS with lr_scaling noise")):
+        got = [(t, n, r) for t, n, r in within if n.startswith(prefix)]
+        ok = [r for _, _, r in got if math.isfinite(r) and r <= 1.2]
+        text = "; ".join(f"{t} {n.split('_')[-1]} start: {fmt(r)}x" for t, n, r in got)
+        verdict = "reproduced" if got and len(ok) == len(got) else "partly" if ok else "not reproduced"
+        claims.append(common.claim(f"{prefix}_within_1.2", f"{what}: wall time to target within 1.2x of the best "
+                                   "fixed B from either start", "— (tclock's issue 11 target)", text or "no runs",
+                                   verdict, "ratios of median wall seconds to target, runs side by side"))
+    notes = ["Fixed-B and DRBS runs ran one after another in one process on the same machine; the clocks are "
+             "comparable within a task but the machine is shared: treat ratios as +-15%."]
+    return common.write_outputs(args, "DRBS by the critical batch vs fixed B", "\n".join(body), data, claims, figures,
+                                notes=notes, settings={k: v for k, v in s.items() if k != "cfg"} | {"cfg": s["cfg"]})
+
+
+if __name__ == "__main__":
+    main()
