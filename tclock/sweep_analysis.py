@@ -471,7 +471,14 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
       (median over B).
     * ``time_fit``: None or ``{a, k, r2, n_points}``; ``b_star`` (envs); ``b_best_measured``
       (argmin of the median wall to target) and ``best_wall_s``.
+    * ``step_size_limited``: one lr only: None, or the evidence that E rises as B falls
+      (:func:`tclock.sweep_lr.step_size_limited`; the fit is then not trusted).
+    * ``lr_grid``: None for one lr; for a B x lr grid (runs differ in ``lr``) the section of
+      :func:`tclock.sweep_lr.analyse_grid` (cells, best lr per B, fixed-lr fits, edges), and
+      ``runs`` / ``fit`` / ``b_crit`` above are then those of the best lr at each B.
     * ``notes``.
+
+    Each run row also carries its ``lr`` and ``lr_scaling``.
     """
     sweep_dir = Path(sweep_dir)
     smoothing_window(1, 1, smooth_steps)  # validates smooth_steps before any file is read
