@@ -15,7 +15,7 @@ learning phase on so every run logs the step-size signal).  From each grid:
   against its label, and the verdict of ``tclock doctor`` (rows ``step_size`` and
   ``critical_batch``) against it: agreement per class.
 
-    python experiments/lr_batch.py --quick     # pointmass_reach, its terminal variant, a half-radius variant (2-core CPU, ~40 min)
+    python experiments/lr_batch.py --quick     # pointmass_reach, its terminal variant, half and twice the radius (2-core CPU, ~1 h)
     python experiments/lr_batch.py --quick --resume   # reuse finished runs, redo the analysis
     python experiments/lr_batch.py             # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
 """
@@ -34,6 +34,7 @@ TASKS = {
     "pointmass_reach": {},
     "pointmass_reach_terminal": {"env": "pointmass_reach", "env_kwargs": {"terminate_on_success": True}},
     "pointmass_reach_fine": {"env": "pointmass_reach", "env_kwargs": {"radius": 0.05}},  # half the radius: sparser
+    "pointmass_reach_coarse": {"env": "pointmass_reach", "env_kwargs": {"radius": 0.2}},  # twice the radius: denser
     "reacher_sparse": {"env": "reacher_sparse"},
 }
 
@@ -45,7 +46,8 @@ def settings(args) -> dict:
                                                    "num_minibatches": 2, "num_epochs": 2, "gdc_minibatch": 32,
                                                    "gdc_every": 2, "noise_split": True, "target_success": 0.05}}
     if args.mode == "quick":
-        return {"tasks": ("pointmass_reach", "pointmass_reach_terminal", "pointmass_reach_fine"),
+        return {"tasks": ("pointmass_reach", "pointmass_reach_terminal", "pointmass_reach_fine",
+                          "pointmass_reach_coarse"),
                 "batch_sizes": (32, 64, 128, 256, 512, 1024),
                 "lrs": (1e-4, 3e-4, 1e-3, 3e-3, 1e-2), "seeds": 3, "total_steps": 600_000,
                 "cfg": {"unroll_length": 32, "gdc_every": 4, "noise_split": True}}

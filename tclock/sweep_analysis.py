@@ -67,7 +67,7 @@ from tclock import critical, online_critical, runlog, sweep_lr, thresholds
 from tclock.runlog import RunFormatError, nanmean_rows, seed_matrix
 
 __all__ = ["UNITS", "SMOOTHING", "as_float", "smoothing_window", "discover_runs", "summarize_run",
-           "analyse_runs", "summarize"]
+           "analyse_runs", "fit_trust", "first_window_hits", "summarize"]
 
 UNITS = {
     "B": "envs (num_envs)",
@@ -370,7 +370,19 @@ def fit_trust(fit: dict | None, rows: list[dict]) -> tuple[bool, list[str]]:
     reached = sum(1 for r in rows if math.isfinite(as_float(r["steps_to_target"]["median"])))
     if reached < thresholds.FIT_MIN_BATCHES:
         why.append(f"only {reached} batch sizes reached the target (< {thresholds.FIT_MIN_BATCHES})")
+    first = first_window_hits(rows)
+    if first:
+        why.append(f"the target was reached as soon as the smoothing window filled at B={first} (S there is only an "
+                   "upper bound): raise the target or lower smooth_steps")
     return not why, why
+
+
+def first_window_hits(rows: list[dict]) -> list[int]:
+    """B whose median seed reached the target at the first iteration the trailing window allows
+    (``S = k``): the metric was already above the target when it could first be read, so S is
+    censored there (an upper bound), not a measurement."""
+    return [r["num_envs"] for r in rows
+            if math.isfinite(as_float(r["steps_to_target"]["median"])) and r["steps_to_target"]["median"] <= r["smooth_k"]]
 
 
 def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: float = 0.9, rng: Any = 0,

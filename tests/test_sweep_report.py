@@ -341,13 +341,18 @@ def test_a_clean_synthetic_sweep_is_trusted_and_a_poor_fit_is_not(tmp_path):
     s = summarize_sweep(tmp_path, smooth_steps=0, write=False)
     assert s["b_crit_trusted"] is True and s["b_crit_distrust"] == []
     good = {"b_crit": 300.0, "r2": 0.95, "ci_low": 150.0, "ci_high": 450.0}
-    rows = [{"steps_to_target": {"median": m}} for m in (90.0, 50.0, 20.0, float("nan"))]
+    rows = [{"steps_to_target": {"median": m}, "smooth_k": 4, "num_envs": b}
+            for m, b in zip((90.0, 50.0, 20.0, float("nan")), (32, 64, 128, 256))]
     assert fit_trust(good, rows) == (True, [])
     ok, why = fit_trust({**good, "r2": 0.34, "ci_high": 3500.0}, rows)
     assert not ok and any("R² 0.34" in w for w in why) and any("spans 23x" in w for w in why)
     ok, why = fit_trust(good, rows[2:])
     assert not ok and "only 1 batch sizes reached" in why[0]
     assert fit_trust(None, rows) == (False, ["no finite B_crit"])
+    # a median reached at the first iteration the trailing window allows is censored, not measured
+    censored = [*rows[:2], {**rows[2], "steps_to_target": {"median": 4.0}}]
+    ok, why = fit_trust(good, censored)
+    assert not ok and "smoothing window filled at B=[128]" in why[0]
 
 
 # --------------------------------------------------------------------------- the learning rate
