@@ -3,8 +3,11 @@
 Variants, each with several seeds vmapped in one program:
 
 * ``fixed_large``  -- the large fixed batch (B_large envs);
-* ``drbs_0.25``    -- the same start with DRBS, +-25% per decision (the write-up's recommended setting);
+* ``drbs_0.25``    -- the same start with DRBS on the write-up's RT/UT rule (``drbs_signal rt_ut``),
+  +-25% per decision (the write-up's recommended setting);
 * ``drbs_1.0``     -- the same with DRBS x2 / /2 (the write-up's first version);
+  DRBS steered by the critical batch (tclock's default) is compared with fixed B in
+  ``experiments/drbs_critical.py``;
 * ``hae``          -- the large batch with hierarchical advantage estimation (window 64);
 * ``purm``         -- the large batch paced by PURM on a wall budget equal to ``fixed_large``'s loop time;
 * ``fixed_small``  -- the small fixed batch (B_small envs).
@@ -53,7 +56,7 @@ def variant_config(name: str, s: dict, env: str, out, purm: dict | None = None):
 
     base = dict(env=env, seeds=s["seeds"], total_steps=s["total_steps"], progress=False, out=str(out),
                 num_envs=s["large"], target_success=s["target"], **s["cfg"])
-    drbs = dict(drbs=True, drbs_min=s["drbs_min"], drbs_max=s["large"])
+    drbs = dict(drbs=True, drbs_signal="rt_ut", drbs_min=s["drbs_min"], drbs_max=s["large"])  # the write-up's rule
     extra = {
         "fixed_large": {},
         "drbs_0.25": {**drbs, "drbs_step": 0.25},
