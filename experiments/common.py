@@ -37,6 +37,16 @@ RESULTS_DIR = ROOT / "experiments" / "results"
 MODES = ("smoke", "quick", "full")
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not tested", "pending")
 
+# --------------------------------------------------------------------------- tasks of the calibration experiments
+# name -> TrainConfig fields: the built-in pointmass_reach and variants that change its reward structure.
+TASKS: dict[str, dict] = {
+    "pointmass_reach": {"env": "pointmass_reach"},
+    "pointmass_reach_terminal": {"env": "pointmass_reach", "env_kwargs": {"terminate_on_success": True}},
+    "pointmass_reach_fine": {"env": "pointmass_reach", "env_kwargs": {"radius": 0.05}},  # half the radius: sparser
+    "pointmass_reach_coarse": {"env": "pointmass_reach", "env_kwargs": {"radius": 0.2}},  # twice the radius: denser
+    "reacher_sparse": {"env": "reacher_sparse"},
+}
+
 # --------------------------------------------------------------------------- the write-up's claims
 WRITEUP = "the user's write-up (not distributed; claims restated in docs/design.md §6)"  # a description, not a path
 CLAIMS: dict[str, Any] = {

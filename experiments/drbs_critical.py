@@ -27,11 +27,7 @@ from common import fmt, md_table
 from mitigations import median_inf, to_target
 
 NAME = "drbs_critical"
-TASKS = {
-    "pointmass_reach": {},
-    "pointmass_reach_terminal": {"env": "pointmass_reach", "env_kwargs": {"terminate_on_success": True}},
-    "reacher_sparse": {"env": "reacher_sparse"},
-}
+TASKS = common.TASKS
 
 
 def settings(args) -> dict:
@@ -45,7 +41,7 @@ def settings(args) -> dict:
     if args.mode == "quick":
         return {"tasks": ("pointmass_reach", "pointmass_reach_terminal"), "sizes": sizes, "seeds": 3,
                 "total_steps": 600_000, "target": 0.5, "cfg": cfg}
-    return {"tasks": tuple(TASKS), "sizes": sizes + (2048,), "seeds": 4, "total_steps": 2_000_000, "target": 0.5,
+    return {"tasks": ("pointmass_reach", "pointmass_reach_fine", "reacher_sparse"), "sizes": sizes + (2048,), "seeds": 4, "total_steps": 2_000_000, "target": 0.5,
             "cfg": cfg}
 
 
@@ -65,7 +61,7 @@ def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
 
     cfg = defaults_for("ppo", seeds=s["seeds"], total_steps=s["total_steps"], progress=False,
                        target_success=s["target"], out=str(runs / task / name),
-                       **{"env": task, **TASKS[task]}, **s["cfg"], **changes)
+                       **TASKS[task], **s["cfg"], **changes)
     common.say(f"{task} {name}")
     records = common.train_run(cfg, resume=True)
     common.drop_checkpoints(cfg.out)

@@ -31,11 +31,7 @@ from common import fmt, md_table
 
 NAME = "online_critical"
 ESTIMATORS = ("update_run", "update_to_target", "gradient_run", "gradient_to_target", "b_simple")
-TASKS = {
-    "pointmass_reach": {},
-    "pointmass_reach_terminal": {"env": "pointmass_reach", "env_kwargs": {"terminate_on_success": True}},
-    "reacher_sparse": {"env": "reacher_sparse"},
-}
+TASKS = common.TASKS
 
 
 def settings(args) -> dict:
@@ -47,7 +43,7 @@ def settings(args) -> dict:
     if args.mode == "quick":
         return {"tasks": ("pointmass_reach", "pointmass_reach_terminal"), "batch_sizes": (32, 64, 128, 256, 512, 1024),
                 "seeds": 3, "base_seeds": (0, 1), "total_steps": 600_000, "cfg": {"unroll_length": 32, "gdc_every": 4, "noise_split": True}}
-    return {"tasks": tuple(TASKS), "batch_sizes": (32, 64, 128, 256, 512, 1024, 2048), "seeds": 4,
+    return {"tasks": ("pointmass_reach", "pointmass_reach_terminal", "reacher_sparse"), "batch_sizes": (32, 64, 128, 256, 512, 1024, 2048), "seeds": 4,
             "base_seeds": (0, 1), "total_steps": 5_000_000, "cfg": {"unroll_length": 32, "gdc_every": 4,
                                                                     "noise_split": True}}
 
@@ -104,7 +100,7 @@ def main(argv=None) -> dict:
     runs = common.fresh_runs_dir(args)
     data: dict = {}
     for task in s["tasks"]:
-        task_cfg = {**{"env": task}, **TASKS[task]}
+        task_cfg = TASKS[task]
         data[task] = {"sweeps": []}
         for base_seed in s["base_seeds"]:
             out = runs / f"{task}_seed{base_seed}"

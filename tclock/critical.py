@@ -272,13 +272,17 @@ def bootstrap_b_crit(
         draws = sp[np.arange(n_b)[None, :, None], idx]  # [n_boot, n_b, n_seeds]
         medians = np.nanmedian(draws, axis=2)  # [n_boot, n_b]
     fits = np.array([_b_crit_or_nan(b, m, t, weighting) for m in medians])
+    return _interval(fits, point, ci)
+
+
+def _interval(fits: np.ndarray, point: float, ci: float) -> BootstrapResult:
+    """The percentile interval of the finite resampled fits, with their share."""
     good = fits[np.isfinite(fits)]
-    frac = good.size / fits.size
     if good.size == 0:
         return BootstrapResult(float("nan"), float("nan"), float(point), 0.0)
     alpha = (1.0 - ci) / 2.0
     low, high = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
-    return BootstrapResult(float(low), float(high), float(point), float(frac))
+    return BootstrapResult(float(low), float(high), float(point), float(good.size / fits.size))
 
 
 def tuned_medians(steps_per_seed) -> tuple[np.ndarray, np.ndarray]:
@@ -351,14 +355,7 @@ def bootstrap_tuned_b_crit(
         fits[i] = _b_crit_or_nan(b, med, t, weighting)
         ok = best >= 0
         counts[np.arange(n_b)[ok], best[ok]] += 1
-    good = fits[np.isfinite(fits)]
-    if good.size == 0:
-        result = BootstrapResult(float("nan"), float("nan"), float(point), 0.0)
-    else:
-        alpha = (1.0 - ci) / 2.0
-        low, high = np.percentile(good, [100.0 * alpha, 100.0 * (1.0 - alpha)])
-        result = BootstrapResult(float(low), float(high), float(point), float(good.size / fits.size))
-    return TunedBootstrap(result, counts / int(n_boot))
+    return TunedBootstrap(_interval(fits, point, ci), counts / int(n_boot))
 
 
 # --------------------------------------------------------------------------- timing
