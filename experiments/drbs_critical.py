@@ -14,7 +14,7 @@ steps, median over seeds; ``experiments/mitigations.py``'s rule), each DRBS run'
 fixed B (target: within 1.2x from either start, tclock's issue), the sizes it visited and where it
 ended.
 
-    python experiments/drbs_critical.py --quick   # pointmass_reach and its terminal variant
+    python experiments/drbs_critical.py --quick   # pointmass_reach and its half-radius variant
     python experiments/drbs_critical.py           # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def settings(args) -> dict:
     sizes = (32, 64, 128, 256, 512, 1024)
     cfg = {"unroll_length": 32, "gdc_every": 2, "noise_split": True, "drbs_estimates": 2}
     if args.mode == "quick":
-        return {"tasks": ("pointmass_reach", "pointmass_reach_terminal"), "sizes": sizes, "seeds": 3,
+        return {"tasks": ("pointmass_reach", "pointmass_reach_fine"), "sizes": sizes, "seeds": 3,
                 "total_steps": 600_000, "target": 0.5, "cfg": cfg}
     return {"tasks": ("pointmass_reach", "pointmass_reach_fine", "reacher_sparse"), "sizes": sizes + (2048,), "seeds": 4, "total_steps": 2_000_000, "target": 0.5,
             "cfg": cfg}
