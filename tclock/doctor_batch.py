@@ -24,7 +24,9 @@ asynchronous pipeline) is the learner training on stale data.
                       the whole run if it never did).  r_B > 1.63 [STEP_TOO_LARGE] -> risk, "lr too
                       large": lower the lr by about r_B x, or raise B to the size at which this lr
                       is the best step when the batch is what limits it; else healthy.  Not logged
-                      (``noise_split`` off) -> not-checkable.
+                      (``noise_split`` off) -> not-checkable.  Reported as ``info`` (no advice) while
+                      ``STEP_VERDICT_VALIDATED`` is False: the B x lr grids of
+                      experiments/lr_batch.py did not validate it (RESULTS.md).
 ``staleness``         Asynchronous runs only (``policy_lag`` logged): median policy lag over the last
                       20 [RECENT] updates > 2 [LAG_STALE] updates, or median ``kl_behavior`` > 0.05
                       [KL_STALE] -> risk; both -> two-clocks; else healthy.  Synchronous runs -> info
@@ -43,6 +45,13 @@ from tclock.thresholds import BATCH_ABOVE, BATCH_NEAR, KL_STALE, LAG_STALE, RECE
 
 BATCH_THRESHOLD = (f"B > {BATCH_ABOVE:g}x the sweep's B_crit two-clocks; {BATCH_NEAR:g}-{BATCH_ABOVE:g}x watch; "
                    "below healthy (online estimate: info)")
+# Whether the step-size rule may give a verdict.  Measured in experiments/lr_batch.py (B x lr grids,
+# RESULTS.md): on pointmass_reach r_B stayed near 1 across a 100x range of lr (PPO's clip bounds
+# the update, Adam normalises it), so it did not separate "lr too large" runs; until a grid shows
+# it does, the row is info and the doctor gives no step-size advice.
+STEP_VERDICT_VALIDATED = False
+STEP_NOT_VALIDATED = ("not validated as a verdict (on B x lr grids it did not separate the runs a smaller lr "
+                      "beat; RESULTS.md), so no lr advice from it")
 STEP_THRESHOLD = f"r_B > {STEP_TOO_LARGE:.2f} (update > its best multiple by that factor) risk: lr too large"
 STALE_THRESHOLD = f"async: median lag > {LAG_STALE:g} or KL > {KL_STALE:g} risk; both two-clocks"
 
@@ -149,7 +158,10 @@ def step_size_row(records: Sequence[dict], config: dict, num_envs) -> Row:
             "class": "lr too large" if adv["too_large"] else "not"}
     if not adv["too_large"]:
         return Row("step_size", evidence + " — the update is within its best scaling range", STEP_THRESHOLD,
-                   "healthy", data=data)
+                   "healthy" if STEP_VERDICT_VALIDATED else "info", data=data)
+    if not STEP_VERDICT_VALIDATED:
+        return Row("step_size", evidence + f" — above {STEP_TOO_LARGE:.2f}, which the rule would call lr too large; "
+                   f"{STEP_NOT_VALIDATED}", STEP_THRESHOLD, "info", data={**data, "writeup_verdict": "risk"})
     lower = f"lower the lr by about {num(r)}x" + (f" (to ≈ {num(float(lr) / r)})" if isinstance(lr, (int, float)) else "")
     raise_b = adv["raise_batch_to"]
     evidence += (f" — lr too large for B = {num(B)} envs: {lower}"

@@ -215,13 +215,13 @@ OUTCOMES = ("lr too large", "batch above", "neither")
 
 def batch_and_step(rows: Sequence[Row]) -> dict:
     """The three outcomes a user acts on, from the ``step_size`` and ``critical_batch`` rows:
-    ``lr too large`` (the step-size row's risk) first, since a step-size-limited run measures the
+    ``lr too large`` (the step-size row's risk, once that rule is validated) first, since a step-size-limited run measures the
     step rather than the batch (the critical batch assumes the lr tuned at each B); else ``batch
     above`` (the critical-batch row's two-clocks, which rests on a trusted sweep B_crit); else
     ``neither``.  ``{"outcome", "because"}`` (the deciding row's evidence)."""
     by = {r.signal: r for r in rows}
     step, batch = by.get("step_size"), by.get("critical_batch")
-    if step is not None and step.data.get("class") == "lr too large":
+    if step is not None and step.verdict == "risk":  # a validated step-size verdict (doctor_batch)
         return {"outcome": "lr too large", "because": step.value}
     if batch is not None and batch.verdict == "two-clocks":
         return {"outcome": "batch above", "because": batch.value}

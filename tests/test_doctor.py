@@ -542,8 +542,24 @@ def with_step_ratio(run: Path, ratio, every: int = 4, seed: int = 0) -> Path:
     return run
 
 
+@pytest.fixture
+def step_verdicts(monkeypatch):
+    """The step-size rule as a verdict (it ships as info until a B x lr grid validates it)."""
+    from tclock import doctor_batch
+
+    monkeypatch.setattr(doctor_batch, "STEP_VERDICT_VALIDATED", True)
+
+
+def test_the_unvalidated_step_rule_is_reported_without_advice(tmp_path):
+    report = diagnose(with_step_ratio(make_run(tmp_path, config={"lr": 3e-3}), lambda i: 2.6))
+    row = report.row("step_size")
+    assert row.verdict == "info" and row.data["class"] == "lr too large" and "not validated" in row.value
+    assert "lower the lr" not in row.value and "no lr advice" in row.value
+    assert report.batch_and_step["outcome"] == "neither" and report.exit_code == 0
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_lr_too_large_is_flagged_with_how_much_to_lower_it(tmp_path, seed):
+def test_lr_too_large_is_flagged_with_how_much_to_lower_it(tmp_path, seed, step_verdicts):
     run = with_step_ratio(make_run(tmp_path, config={"lr": 3e-3}, seed=seed), lambda i: 2.6, seed=seed)
     report = diagnose(run)
     row = report.row("step_size")
@@ -553,13 +569,13 @@ def test_lr_too_large_is_flagged_with_how_much_to_lower_it(tmp_path, seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_a_step_within_its_best_range_is_not_flagged(tmp_path, seed):
+def test_a_step_within_its_best_range_is_not_flagged(tmp_path, seed, step_verdicts):
     report = diagnose(with_step_ratio(make_run(tmp_path, seed=seed), lambda i: 0.9, seed=seed))
     assert report.row("step_size").verdict == "healthy"
     assert report.batch_and_step["outcome"] == "neither"
 
 
-def test_the_step_is_judged_before_the_target_was_reached(tmp_path):
+def test_the_step_is_judged_before_the_target_was_reached(tmp_path, step_verdicts):
     """success = 0.03 + 0.009 i crosses 0.5 near iteration 52: what happens after it does not count."""
     late = with_step_ratio(make_run(tmp_path, name="late", config={"target_success": 0.5}),
                            lambda i: 0.9 if i < 52 else 3.0)
