@@ -36,7 +36,7 @@ TASKS = common.TASKS
 
 # Learning rates added where the best lr sat at the top of the grid in a first pass (quick mode):
 # a tuned fit whose best lr is at an edge is not trusted, so the grid is widened there.
-WIDER = {"pointmass_reach": (3e-2,), "pointmass_reach_fine": (3e-2,), "pointmass_reach_coarse": (3e-2,)}
+WIDER = {"pointmass_reach": (3e-2, 1e-1), "pointmass_reach_fine": (3e-2,), "pointmass_reach_coarse": (3e-2,)}
 
 
 def task_lrs(task: str, s: dict) -> tuple:
