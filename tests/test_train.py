@@ -1,5 +1,6 @@
 """PPO end to end on real Brax envs: learning, determinism, resume after a kill, NaN stop."""
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -82,7 +83,10 @@ def _cli(out, *extra):
 def test_resume_after_killed_process_loses_and_duplicates_nothing(tmp_path):
     reference = runlog.read_metrics(train(small_cfg(tmp_path / "ref", total_steps=512 * 300)).run_dir)
     out = tmp_path / "killed"
-    proc = subprocess.Popen(_cli(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # The killed process gets its own compilation cache: a kill in the middle of writing a cache
+    # entry must not leave a truncated entry that a later test (same program) reads and aborts on.
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "xla_killed")}
+    proc = subprocess.Popen(_cli(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 240
     try:
         while time.time() < deadline:
