@@ -76,15 +76,17 @@ def step_size_limited(rows: list[dict]) -> dict | None:
     return {**found, "limited": limited}
 
 
-def suggested_lrs(lr: float) -> list[float]:
-    """A three-point log grid that ends at ``lr`` and goes down by ~3x steps: small batches want a
-    smaller step (McCandlish: eps_opt(B) = eps_max / (1 + B_noise/B))."""
-    return [float(f"{lr / 10:.0e}"), float(f"{lr / 10 ** 0.5:.0e}"), float(lr)]
+def suggested_lrs(lr: float, widen: bool = False) -> list[float]:
+    """A log grid in ~3x steps: ending at ``lr`` (small batches want a smaller step when E rises as
+    B falls; McCandlish: eps_opt(B) = eps_max / (1 + B_noise/B)), or with ``widen`` two steps on
+    each side of it."""
+    exps = (-2, -1, 0, 1, 2) if widen else (-2, -1, 0)
+    return [float(lr) if e == 0 else float(f"{lr * 10 ** (e / 2):.0e}") for e in exps]
 
 
-def grid_command(lr: float, batch_sizes: list[int], out: str) -> str:
+def grid_command(lr: float, batch_sizes: list[int], out: str, widen: bool = False) -> str:
     """The ``tclock sweep`` command that re-measures a sweep with the lr tuned per B."""
-    lrs = " ".join(lr_key(x) for x in suggested_lrs(lr))
+    lrs = " ".join(lr_key(x) for x in suggested_lrs(lr, widen))
     sizes = " ".join(str(b) for b in batch_sizes)
     return f"tclock sweep --lrs {lrs} --batch-sizes {sizes} --out {out}"
 

@@ -134,10 +134,11 @@ def _b_crit_phrase(s: dict) -> str:
     return phrase
 
 
-def regrid_command(s: dict) -> str:
-    """The grid command that resolves a step-size-limited fixed-lr sweep."""
+def regrid_command(s: dict, widen: bool = False) -> str:
+    """The grid command that resolves a step-size-limited fixed-lr sweep (``widen``: a grid on
+    both sides of its lr)."""
     lr = next((as_float(r["lr"]) for r in s["runs"] if math.isfinite(as_float(r.get("lr")))), 1e-3)
-    return grid_command(lr, s["batch_sizes"], f"{s['sweep_dir'].rstrip('/')}-lr")
+    return grid_command(lr, s["batch_sizes"], f"{s['sweep_dir'].rstrip('/')}-lr", widen=widen)
 
 
 def _cell_text(c: dict) -> str:
@@ -152,8 +153,10 @@ def lr_lines(s: dict) -> list[str]:
     if grid is None:
         limited = s.get("step_size_limited")
         if not limited:
-            return ["One learning rate for every B; E does not rise as B falls, so nothing here says the "
-                    "small-B points are step-size-limited (the lr is not tuned per B: McCandlish's B_crit tunes it)."]
+            return [f"One learning rate for every B: this B_crit is the fixed-lr reading. McCandlish's B_crit tunes "
+                    f"the lr at each B, and a lr too small (or too large) for the small batches inflates it "
+                    f"(on pointmass_reach 1e-3 gives 299 envs, the lr-tuned grid about 60: RESULTS.md). E does not "
+                    f"rise as B falls here; to measure the tuned B_crit: `{regrid_command(s, widen=True)}`."]
         return [f"**Warning: E rises as B falls** below B={limited['best_num_envs']} (B={limited['num_envs']} needs "
                 f"{fmt(limited['rise'])}x the env steps of B={limited['best_num_envs']}; flagged: B={limited['limited']}). "
                 f"S(B) = S_min + c/B cannot produce that: at one lr for every B the small-B points look "
@@ -251,7 +254,7 @@ def format_summary(summary: dict) -> str:
             lines.append("  ".join("-" * w for w in widths))
     lines.append("")
     lines += [ln.replace("**", "") for ln in fit_lines(summary)]
-    if summary.get("lr_grid") or summary.get("step_size_limited"):
+    if summary["runs"]:
         lines += [""] + [ln.replace("**", "").replace("`", "") for ln in lr_lines(summary)]
     for r in summary["incomplete"]:
         lines.append(f"incomplete: {r['run']} (B={r['num_envs']}): {r['reason']}"
