@@ -64,10 +64,33 @@ def _e(cell: dict) -> float:
     return v if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
 
 
+def label_fit(summary: dict) -> tuple[float, str]:
+    """``(B_crit, why)``: the tuned B_crit the labels use, or NaN with the reason.  A fit is used
+    when its R² >= FIT_MIN_R2 and no batch size is censored (median reached at the first full
+    smoothing window); a best lr at the grid's edge is allowed and said (the labels use a 2x
+    margin on each side of B_crit, wider than what that edge can move it by on these grids)."""
+    from tclock import thresholds
+    from tclock.sweep_analysis import first_window_hits
+
+    b, r2 = summary["b_crit"], summary["r2"]
+    if not (isinstance(b, (int, float)) and math.isfinite(b)):
+        return math.nan, "no finite tuned B_crit"
+    if first_window_hits(summary["runs"]):
+        return math.nan, f"censored at B={first_window_hits(summary['runs'])}: the task's metric is not a measurement there"
+    if not (isinstance(r2, (int, float)) and r2 >= thresholds.FIT_MIN_R2):
+        return math.nan, f"R² {fmt(r2)} < {thresholds.FIT_MIN_R2}"
+    return float(b), "trusted" if summary.get("b_crit_trusted") else "used; " + "; ".join(summary["b_crit_distrust"])
+
+
 def label_cells(summary: dict) -> dict:
-    """``{(B, lr): label}`` from the grid's cells and the tuned fit (see the module docstring)."""
+    """``{(B, lr): label}`` from the grid's cells and the tuned fit (see the module docstring);
+    empty when the task's steps to target are censored (its E values are not measurements)."""
+    from tclock.sweep_analysis import first_window_hits
+
+    if first_window_hits(summary["runs"]):
+        return {}
     cells = {(c["num_envs"], c["lr"]): c for c in summary["lr_grid"]["cells"]}
-    b_crit = summary["b_crit"] if summary.get("b_crit_trusted") else math.nan
+    b_crit = label_fit(summary)[0]
     out = {}
     for (b, lr), c in cells.items():
         smaller = [cells[(b, x)] for x in summary["lr_grid"]["lrs"] if x < lr and (b, x) in cells]
@@ -124,8 +147,10 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
         rule = ("lr too large" if step_row.data.get("class") == "lr too large"
                 else "batch above" if batch_row.data.get("class") == "above" else "neither")
         doctor = report.batch_and_step["outcome"]  # ... and what tclock doctor says today
-        b_tuned = summary["b_crit"]
-        batch_label = (None if not (isinstance(b_tuned, (int, float)) and math.isfinite(b_tuned)) else
+        b_tuned = label_fit(summary)[0]
+        if (c["num_envs"], c["lr"]) not in labels:
+            continue  # a censored task: no labels
+        batch_label = (None if not math.isfinite(b_tuned) else
                        "above" if c["num_envs"] > 2 * b_tuned else "below" if c["num_envs"] < b_tuned / 2 else None)
         rows.append({"batch_label": batch_label, "online_class": batch_row.data.get("class"),
                      "b_crit_online_envs": batch_row.data.get("b_crit_online_envs"),
@@ -166,7 +191,8 @@ def main(argv=None) -> dict:
                                 "trusted": summary["b_crit_trusted"], "distrust": summary["b_crit_distrust"]},
                       "fixed": grid["fixed"], "best_lr": grid["best_lr"], "edge": grid["edge"],
                       "online": online_estimates(summary),
-                      "cells": judge(runs, task, summary), "heatmap": "sweep_lr_heatmap.png"}
+                      "cells": judge(runs, task, summary), "heatmap": "sweep_lr_heatmap.png",
+                      "label_fit": label_fit(summary)}
     return report(args, s, data, runs)
 
 
@@ -286,7 +312,9 @@ def report(args, s: dict, data: dict, runs) -> dict:
                       [[c, v["n"], f"{v['agree']} of {v['n']}"] for c, v in batch.items()]), "",
              "## Labelled runs", "",
              f"Label: `lr too large` when a smaller lr at the same B reaches the target with <= {FASTER}x the median "
-             "env steps; `batch above` when B > 2x the tuned B_crit (trusted fits only); else `neither`. `signal`: "
+             "env steps; `batch above` when B > 2x the tuned B_crit (fits used for labels: "
+             + "; ".join(f"{t}: {d['label_fit'][1]}" for t, d in data.items())
+             + "); else `neither`. A task whose steps to target are censored gets no labels. `signal`: "
              "the run's step_ratio_online (median over seeds, before the median seed reached the target); `doctor`: "
              "the class of `tclock doctor`'s verdict.", "",
              md_table(["task", "B", "lr", "E median", "label", "signal r_B", "rules", "doctor"], cell_rows), "",

@@ -96,7 +96,8 @@ def fit_lines(summary: dict) -> list[str]:
     lines.append(f"- GDC cliff (first B with mean GDC < {summary['gdc_threshold']}): "
                  f"{summary['gdc_cliff'] if summary['gdc_cliff'] is not None else 'none in the sweep'}")
     lines.append(f"- online critical batch (b_crit_online_envs: the learning phase's noise per env, median over B): "
-                 f"{fmt(summary.get('b_crit_online_envs'))} envs — reported, not yet calibrated (RESULTS.md)")
+                 f"{fmt(summary.get('b_crit_online_envs'))} envs — within 2x of the lr-tuned B_crit at the best lr on three "
+                 f"pointmass_reach tasks, not at other lrs (RESULTS.md)")
     lines.append(f"- online b_simple from i.i.d. transitions (median over B): {fmt(summary['b_simple_envs'])} envs = "
                  f"{fmt(summary['b_simple_transitions'])} transitions")
     tf = summary["time_fit"]

@@ -544,13 +544,16 @@ def with_step_ratio(run: Path, ratio, every: int = 4, seed: int = 0) -> Path:
 
 @pytest.fixture
 def step_verdicts(monkeypatch):
-    """The step-size rule as a verdict (it ships as info until a B x lr grid validates it)."""
+    """The step-size rule as a verdict (as shipped: validated on B x lr grids)."""
     from tclock import doctor_batch
 
     monkeypatch.setattr(doctor_batch, "STEP_VERDICT_VALIDATED", True)
 
 
-def test_the_unvalidated_step_rule_is_reported_without_advice(tmp_path):
+def test_the_step_rule_without_its_validation_is_reported_without_advice(tmp_path, monkeypatch):
+    from tclock import doctor_batch
+
+    monkeypatch.setattr(doctor_batch, "STEP_VERDICT_VALIDATED", False)
     report = diagnose(with_step_ratio(make_run(tmp_path, config={"lr": 3e-3}), lambda i: 2.6))
     row = report.row("step_size")
     assert row.verdict == "info" and row.data["class"] == "lr too large" and "not validated" in row.value
