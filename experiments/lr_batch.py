@@ -253,10 +253,10 @@ def calibration_figure(args, data: dict) -> str:
             if isinstance(b, (int, float)) and math.isfinite(b) and ci:
                 ax.errorbar([i + 0.15 * dx], [b], yerr=[[b - ci[0]], [ci[1] - b]], fmt=style, capsize=4,
                             color="black" if dx == 0 else "0.55", label=label if i == 0 else None)
-        for k, marker in zip(ESTIMATORS, "^vD"):
+        for k, marker, color in zip(ESTIMATORS, "^vD", ("tab:blue", "tab:orange", "tab:green")):
             v = d["online"]["tuned"][k]
             if math.isfinite(v):
-                ax.plot([i + 0.3], [v], marker, label=f"online {k}" if i == 0 else None, alpha=0.85)
+                ax.plot([i + 0.3], [v], marker, color=color, label=f"online {k}" if i == 0 else None, alpha=0.85)
     ax.set_yscale("log")
     ax.set_xticks(range(len(data)))
     ax.set_xticklabels(list(data), fontsize=7)
