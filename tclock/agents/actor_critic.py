@@ -21,6 +21,7 @@ from tclock import diagnostics
 from tclock.agents import acting, losses, sgd
 from tclock.agents.acting import Trajectory
 from tclock.agents.base import LossTerms
+from tclock.agents.seeding import init_seeds, seed_keys
 from tclock.envs.wrappers import BatchedEnv, EnvCarry
 from tclock.networks import GaussianPolicy, ValueNet
 
@@ -156,6 +157,7 @@ class ActorCritic:
         self.policy = GaussianPolicy(tuple(cfg.policy_hidden), self.action_size, cfg.activation)
         self.value = ValueNet(tuple(cfg.value_hidden), cfg.activation)
         self.optimizer = sgd.make_optimizer(cfg.max_grad_norm)
+        self._init_program = None  # jitted on first use, reused for every init of this learner
 
     # ------------------------------------------------------------------ init
     def init_one(self, key: jax.Array) -> ActorCriticState:
@@ -168,8 +170,10 @@ class ActorCritic:
                                 env=self.env.reset(k_env), key=k_state, last_return=zero, last_success=zero)
 
     def init(self, seed: int, num_seeds: int) -> ActorCriticState:
-        keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(seed), i))(jnp.arange(num_seeds))
-        return jax.vmap(self.init_one)(keys)
+        """The seeds' initial states as one compiled program (:func:`tclock.agents.seeding.init_seeds`)."""
+        if self._init_program is None:
+            self._init_program = jax.jit(lambda keys: init_seeds(self.init_one, keys))
+        return self._init_program(seed_keys(seed, num_seeds))
 
     # ------------------------------------------------------------------ networks
     def _normalize(self, normalizer, obs):
