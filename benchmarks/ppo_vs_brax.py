@@ -1,4 +1,5 @@
-"""tclock PPO vs Brax PPO, side by side in one run: training env-steps/s, compile time, rollout speed.
+"""tclock PPO vs Brax PPO, side by side in one run: training env-steps/s, compile time, time to the
+first logged iteration, rollout speed.
 
     python benchmarks/ppo_vs_brax.py [--envs pointmass_reach,reacher] [--num-envs 256] [--unroll-length 32]
                                      [--num-minibatches 4] [--num-epochs 4] [--total-steps 1048576]
@@ -28,6 +29,11 @@ For each env it trains, with one seed each and identical sizes:
   epochs).  The median per-epoch ``training/sps`` and the host time between the first and last
   ``progress_fn`` callbacks are printed as cross-checks.  Brax's compile time is estimated as
   (first epoch time - median later epoch time).
+* Time to the first logged iteration (start-up: env, init, compile, and one iteration): tclock's
+  from the ``train`` call to its first ``on_iteration`` callback; Brax's from its ``train`` call
+  to the first ``progress_fn`` call (the end of the first epoch) less the first epoch's training
+  (the median later epoch) plus one training step.  Both processes start cold (no persistent
+  compilation cache unless ``JAX_COMPILATION_CACHE_DIR`` is set).
 
 ``total_steps`` is rounded up to a multiple of ``brax_epochs * B * T`` so both do exactly the
 same env steps.  The rollout table compares tclock's rollout phase (``B*T / median rt_s``) with a
@@ -134,8 +140,9 @@ def raw_steps_per_s(name: str, num_envs: int, repeats: int, steps: int = 100, se
 
 # --------------------------------------------------------------------------- tclock
 def run_tclock(cfg: TrainConfig):
+    first = []  # host time of the first logged iteration
     t0 = time.perf_counter()
-    res = tclock_train(cfg, overwrite=True)
+    res = tclock_train(cfg, overwrite=True, on_iteration=lambda record: first or first.append(time.perf_counter()))
     total = time.perf_counter() - t0
     rows = runlog.read_metrics(res.run_dir)
     bt = cfg.num_envs * cfg.unroll_length
@@ -149,6 +156,7 @@ def run_tclock(cfg: TrainConfig):
         "med_rt_s": med_rt,
         "med_learn_s": med_learn,
         "compile_s": res.compile_s,
+        "first_iter_s": first[0] - t0,
         "wall_s": res.wall_s,
         "total_s": total,
         "iterations": res.iterations,
@@ -210,12 +218,17 @@ def run_brax(name: str, cfg: TrainConfig, episode_length: int, epochs: int):
     epoch_s = [walls[0]] + [b - a for a, b in zip(walls, walls[1:])]
     steps = [calls[0][1]] + [b[1] - a[1] for a, b in zip(calls, calls[1:])]
     later_steps = sum(steps[1:])
+    later_epoch_s = statistics.median(epoch_s[1:])
+    iters_per_epoch = steps[0] / (B * T)  # Brax training steps (one unroll of B envs x T each) per epoch
     return {
         "sps": later_steps / (walls[-1] - walls[0]),
         "sps_med_epoch": statistics.median(m["training/sps"] for _, _, m in calls[1:]),
         "sps_callbacks": (calls[-1][1] - calls[0][1]) / (calls[-1][0] - calls[0][0]),
         "first_epoch_s": epoch_s[0],
-        "compile_s": epoch_s[0] - statistics.median(epoch_s[1:]),
+        "compile_s": epoch_s[0] - later_epoch_s,
+        # start-up + one training step: host time to the first progress_fn call (the end of the
+        # first epoch) minus that epoch's training, estimated from the later epochs, plus one step
+        "first_iter_s": (calls[0][0] - t0) - later_epoch_s + later_epoch_s / iters_per_epoch,
         "total_steps": calls[-1][1],
         "total_s": total,
         "per_epoch_steps": steps[0],
@@ -322,7 +335,8 @@ def main(argv=None):
                 for label, gdc in (("tclock gdc_every=0", 0), (f"tclock gdc_every={default_gdc} (default)", default_gdc)):
                     cfg = base.replace(gdc_every=gdc, out=os.path.join(out_root, f"{name}_gdc{gdc}_r{rep}"))
                     r = run_tclock(cfg)
-                    print(f"  {label}: {r['sps']:,.0f} env-steps/s, compile {r['compile_s']:.1f}s, loop {r['wall_s']:.1f}s, "
+                    print(f"  {label}: {r['sps']:,.0f} env-steps/s, compile {r['compile_s']:.1f}s, first iteration "
+                          f"after {r['first_iter_s']:.1f}s, loop {r['wall_s']:.1f}s, "
                           f"median rt {r['med_rt_s'] * 1e3:.1f} ms, median learn {r['med_learn_s'] * 1e3:.1f} ms, "
                           f"final success {r['success']:.2f}", flush=True)
                     results.setdefault(label, []).append(r)
@@ -331,7 +345,8 @@ def main(argv=None):
                     if r["total_steps"] != total:
                         print(f"  WARNING: Brax did {r['total_steps']:,} env steps, tclock {total:,}")
                     print(f"  Brax PPO: {r['sps']:,.0f} env-steps/s (epochs 2..{a.brax_epochs}), first epoch "
-                          f"{r['first_epoch_s']:.1f}s incl. compile, est. compile {r['compile_s']:.1f}s", flush=True)
+                          f"{r['first_epoch_s']:.1f}s incl. compile, est. compile {r['compile_s']:.1f}s, first iteration after "
+                          f"{r['first_iter_s']:.1f}s (est.)", flush=True)
                     results.setdefault("Brax PPO", []).append(r)
             res = {k: _median_dict(v) for k, v in results.items()}
             summaries.append((name, res, raw_sps))
@@ -347,19 +362,23 @@ def main(argv=None):
         for label, r in res.items():
             if label == "Brax PPO":
                 rows.append([label, _fmt(r["sps"]), _fmt(r["sps_med_epoch"]), "1.00", "1.00",
-                             _fmt(r["compile_s"], ".1f")])
+                             _fmt(r["compile_s"], ".1f"), _fmt(r["first_iter_s"], ".1f"), "1.00"])
                 continue
             ratio = r["sps"] / brax["sps"] if brax else float("nan")
             ratio_med = r["sps_med_iter"] / brax["sps_med_epoch"] if brax else float("nan")
+            first_ratio = r["first_iter_s"] / brax["first_iter_s"] if brax else float("nan")
             rows.append([label, _fmt(r["sps"]), _fmt(r["sps_med_iter"]), _fmt(ratio, ".2f"), _fmt(ratio_med, ".2f"),
-                         _fmt(r["compile_s"], ".1f")])
-        print(_table(["run", "sps", "sps (median iter/epoch)", "ratio vs Brax", "ratio (medians)", "compile s"], rows))
+                         _fmt(r["compile_s"], ".1f"), _fmt(r["first_iter_s"], ".1f"), _fmt(first_ratio, ".2f")])
+        print(_table(["run", "sps", "sps (median iter/epoch)", "ratio vs Brax", "ratio (medians)", "compile s",
+                      "first iteration s", "first iteration vs Brax"], rows))
         if brax:
             print(f"(Brax sps = env steps of epochs 2..{a.brax_epochs} / growth of Brax's training/walltime over them; "
                   f"median = median per-epoch training/sps; host time between first and last progress_fn "
                   f"callbacks gives {brax['sps_callbacks']:,.0f}; Brax compile = first epoch - median later epoch. "
                   f"tclock sps = RunResult.env_steps_per_s (whole loop incl. logging/checkpoints); median = "
-                  f"B*T / median(rt_s + learn_s).)")
+                  f"B*T / median(rt_s + learn_s). First iteration = seconds from the train call to the first "
+                  f"logged iteration (env, init, compile, one iteration); Brax's: to its first progress_fn call, "
+                  f"less the first epoch's training (median later epoch) plus one training step.)")
         print(f"\n## {name}: rollout phase vs raw vmapped env.step at num_envs={B}")
         rows = []
         for label, r in res.items():
