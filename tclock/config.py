@@ -34,7 +34,7 @@ class TrainConfig:
     seeds: int = 1  # seeds trained together in one program (leading vmap axis)
     seed: int = 0  # base seed; seed i of a run uses fold_in(seed, i)
     # learner
-    algo: str = "ppo"  # learner: ppo | impala (V-trace actor-critic) | any registered one (tclock learners)
+    algo: str = "ppo"  # learner: ppo | impala (V-trace actor-critic) | sac (off-policy, replay) | any registered one (tclock learners)
     lr: float = 1e-3  # Adam learning rate (before lr_scaling)
     lr_schedule: str = "constant"  # constant | linear | cosine, over the lr_clock's horizon
     lr_clock: str = "steps"  # steps (env steps / total_steps) | wall (seconds / total_seconds) | hybrid
@@ -49,6 +49,13 @@ class TrainConfig:
     vtrace_rho_bar: float = 1.0  # impala: importance-weight clip for the targets and policy gradient
     vtrace_c_bar: float = 1.0  # impala: trace-cutting clip
     vtrace_lambda: float = 1.0  # impala: V-trace lambda
+    sac_batch_size: int = 256  # sac: transitions per gradient step, drawn from the replay buffer
+    sac_buffer_size: int = 131072  # sac: replay capacity per seed (transitions; a ring, oldest overwritten)
+    sac_min_replay: int = 4096  # sac: transitions stored (initial policy) before the first gradient step
+    sac_replay_ratio: float = 0.0625  # sac: gradient steps per env step; a phase runs ratio*B*T steps
+    sac_tau: float = 0.005  # sac: Polyak rate of the target critics
+    sac_init_alpha: float = 0.1  # sac: initial entropy temperature (learned)
+    sac_target_entropy: float = -1.0  # sac: target entropy per action dimension
     policy_hidden: tuple = (64, 64)  # policy MLP layer widths
     value_hidden: tuple = (64, 64)  # value MLP layer widths
     activation: str = "tanh"  # tanh | relu | swish

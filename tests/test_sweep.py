@@ -10,7 +10,7 @@ from tclock import runlog
 from tclock.config import ConfigError, TrainConfig
 from tclock.sweep import SweepSpec, run_sweep, sweep_configs
 
-TIMING_KEYS = {"wall_s", "rt_s", "learn_s", "ut_s", "rt_ut_ratio", "rt_ut_ratio_w50", "compile_s"}
+from golden_runs import deterministic  # noqa: E402
 BASE = dict(unroll_length=16, num_minibatches=2, num_epochs=2, seeds=2, policy_hidden=(16,), value_hidden=(16,),
             gdc_every=2, gdc_minibatch=32, total_steps=16 * 16 * 6, target_success=0.05, progress=False)
 
@@ -126,7 +126,7 @@ def test_four_fake_devices_are_all_used_and_match_one_device(tmp_path):
     assert one["devices"] == 1 and four["devices"] == 4
     assert len({r["device"] for r in four["runs"].values()}) == 4
     for b, run in one["runs"].items():
-        strip = lambda recs: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in recs]  # noqa: E731
+        strip = deterministic
         assert strip(run["metrics"]) == strip(four["runs"][b]["metrics"]), f"B={b} differs across device counts"
 
 

@@ -14,17 +14,13 @@ from tclock import envs, runlog
 from tclock.config import TrainConfig
 from tclock.loop import TrainingDiverged, train
 
-TIMING_KEYS = {"wall_s", "rt_s", "learn_s", "ut_s", "rt_ut_ratio", "rt_ut_ratio_w50", "compile_s"}
+from golden_runs import deterministic as strip_timing  # noqa: E402
 SMALL = dict(num_envs=32, unroll_length=16, num_minibatches=4, num_epochs=2, seeds=2, policy_hidden=(32, 32),
              value_hidden=(32, 32), gdc_every=2, gdc_minibatch=32, progress=False)
 
 
 def small_cfg(out, **changes):
     return TrainConfig(out=str(out), **{**SMALL, **changes})
-
-
-def strip_timing(records):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
 @pytest.mark.slow

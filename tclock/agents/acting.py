@@ -23,7 +23,7 @@ class Trajectory:
     """A rollout, time-major: leaves ``[T, S, B, ...]`` (``[T, B, ...]`` inside a per-seed update)."""
 
     obs: jax.Array
-    action: jax.Array  # unclipped Gaussian sample (the env sees it clipped to [-1, 1])
+    action: jax.Array  # the sampled action (PPO/IMPALA: unclipped Gaussian; the env sees it clipped to [-1, 1])
     logp: jax.Array  # behaviour log-probability of ``action``
     reward: jax.Array
     termination: jax.Array
@@ -34,10 +34,19 @@ class Trajectory:
     done_success: jax.Array
 
 
-def rollout(env: BatchedEnv, unroll_length: int, policy_dist: Callable, state, active: int | None = None):
+def gaussian_sample(key, mean, log_std):
+    """The actor-critic learners' action: an unclipped Gaussian sample and its log-probability."""
+    action = sample_gaussian(key, mean, log_std)
+    return action, gaussian_log_prob(mean, log_std, action)
+
+
+def rollout(env: BatchedEnv, unroll_length: int, policy_dist: Callable, state, active: int | None = None,
+            sample: Callable = gaussian_sample):
     """``(state, traj, metrics)`` after ``unroll_length`` steps of the first ``active`` envs.
 
-    ``policy_dist(params, normalizer, obs) -> (mean, log_std)`` for one seed.  ``state`` needs
+    ``policy_dist(params, normalizer, obs) -> (mean, log_std)`` for one seed; ``sample(key,
+    mean, log_std) -> (action, logp)`` draws the action (the env sees it clipped to [-1, 1]);
+    SAC passes a squashed Gaussian (:func:`tclock.networks.sample_tanh_gaussian`).  ``state`` needs
     the fields ``params``, ``normalizer``, ``env``, ``key``, ``last_return``, ``last_success``
     (leading seed axis); the returned state has new ``env``, ``key`` and episode statistics."""
     S = state.key.shape[0]
@@ -49,9 +58,7 @@ def rollout(env: BatchedEnv, unroll_length: int, policy_dist: Callable, state, a
     step_keys = jnp.swapaxes(keys[:, 1:], 0, 1)  # [T, S, 2]
 
     def act(params, normalizer, obs, key):
-        mean, log_std = policy_dist(params, normalizer, obs)
-        action = sample_gaussian(key, mean, log_std)
-        return action, gaussian_log_prob(mean, log_std, action)
+        return sample(key, *policy_dist(params, normalizer, obs))
 
     def step(env_carry, key_s):
         obs = env_carry.state.obs.reshape((S, B, -1))

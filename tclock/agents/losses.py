@@ -51,3 +51,29 @@ def behaviour_kl(mean, log_std, action, behaviour_logp):
     """KL(behaviour ‖ current) on the rollout, estimated as ``mean(r - 1 - log r)``."""
     log_ratio = gaussian_log_prob(mean, log_std, action) - behaviour_logp
     return jnp.mean(jnp.expm1(log_ratio) - log_ratio)
+
+
+# ---------------------------------------------------------------------------- SAC
+def sac_critic_target(reward, termination, next_q, next_logp, alpha, gamma: float):
+    """Soft TD target ``r + gamma (1 - termination) (min_i Q'_i(s', a') - alpha log pi(a'|s'))``.
+
+    ``next_q`` ``[..., 2]``: the target critics at the real next state (the final observation
+    of a truncated episode, so truncation bootstraps; a termination does not)."""
+    soft = jnp.min(next_q, axis=-1) - alpha * next_logp
+    return reward + gamma * (1.0 - termination) * soft
+
+
+def sac_critic_loss(q, target):
+    """``0.5 * mean((Q_i - y)^2)`` summed over the two critics (``q`` ``[n, 2]``, ``y`` constant)."""
+    return 0.5 * jnp.sum(jnp.mean(jnp.square(q - jax.lax.stop_gradient(target)[..., None]), axis=0))
+
+
+def sac_actor_loss(q, logp, alpha):
+    """``mean(alpha log pi(a|s) - min_i Q_i(s, a))`` for reparameterised ``a ~ pi(s)``."""
+    return jnp.mean(alpha * logp - jnp.min(q, axis=-1))
+
+
+def sac_alpha_loss(log_alpha, logp, target_entropy: float):
+    """``mean(alpha * (-log pi - target_entropy))`` with the log-probabilities held constant:
+    lowers alpha when the policy's entropy is above the target, raises it below."""
+    return jnp.mean(jnp.exp(log_alpha) * jax.lax.stop_gradient(-logp - target_entropy))
