@@ -56,49 +56,12 @@ import time
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 warnings.filterwarnings("ignore", message=".*Brax System, piplines and environments.*")
 
 
-# --------------------------------------------------------------------------- JAX 0.10 shims for Brax
-def _pmap_axis_name() -> str:
-    try:
-        from brax.training.agents.ppo import train as _t
-
-        return getattr(_t, "_PMAP_AXIS_NAME", "i")
-    except ImportError:
-        return "i"
-
-
-def _stack_on_devices(leaves_per_device, devices):
-    # The mesh axis must carry the name of Brax's pmap axis ('i'): JAX 0.10's pmap is a jit over a
-    # shard_map whose input shardings name that axis, and an input sharded over a differently named
-    # mesh makes the SECOND training epoch (fed the first epoch's outputs) retrace and recompile.
-    name = _pmap_axis_name()
-    mesh = jax.sharding.Mesh(np.array(devices), (name,))
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(name))
-    return jax.device_put(jnp.stack([jnp.asarray(x) for x in leaves_per_device]), sharding)
-
-
-def _device_put_replicated(x, devices):
-    """Stand-in for the removed ``jax.device_put_replicated``: leading axis = len(devices)."""
-    devices = list(devices)
-    return jax.tree.map(lambda a: _stack_on_devices([a] * len(devices), devices), x)
-
-
-def _device_put_sharded(shards, devices):
-    """Stand-in for the removed ``jax.device_put_sharded``: stacks ``shards`` along a new axis 0."""
-    devices = list(devices)
-    return jax.tree.map(lambda *xs: _stack_on_devices(xs, devices), *shards)
-
-
-if not hasattr(jax, "device_put_replicated"):
-    jax.device_put_replicated = _device_put_replicated
-if not hasattr(jax, "device_put_sharded"):
-    jax.device_put_sharded = _device_put_sharded
-
+import brax_shims  # noqa: E402,F401  (puts back jax.device_put_replicated for Brax's trainers)
 import flax.linen as linen  # noqa: E402
 from brax.training.agents.ppo import networks as ppo_networks  # noqa: E402
 from brax.training.agents.ppo import train as brax_ppo  # noqa: E402

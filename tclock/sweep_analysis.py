@@ -204,6 +204,9 @@ def _clocks_and_diagnostics(records: list[dict], T: int) -> dict:
             "rt_s_mean": _finite_mean(rt_row), "learn_s_mean": _finite_mean(learn_row)}
 
 
+SWEEP_AXIS = "num_envs"  # the swept quantity B: envs per seed (the rollout batch)
+
+
 def summarize_run(name: str, records: list[dict], config: dict, state: str, target: float,
                   metric: str, smooth_steps: float) -> tuple[dict, list[str]]:
     """One run directory's row of :func:`summarize` (``runs[i]``) and its notes."""
@@ -229,6 +232,8 @@ def summarize_run(name: str, records: list[dict], config: dict, state: str, targ
     return {
         "run": name, "num_envs": B, "unroll_length": T, "state": state, "complete": state == "finished",
         "lr": as_float(config.get("lr")), "lr_scaling": str(config.get("lr_scaling", "none")),
+        "algo": str(config.get("algo", "ppo")), "replay_ratio": as_float(config.get("sac_replay_ratio"))
+        if config.get("algo") == "sac" else None,
         "seeds": int(n_seeds),
         "iterations": int(np.nanmax(iters)) if len(records) else 0,
         "env_steps": float(np.nanmax(iters)) * B * T if len(records) else 0.0,
@@ -516,7 +521,11 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
         across["lr_grid"] = None
     targets = {r["target"] for r in rows}
     t_values = {r["unroll_length"] for r in rows}
+    algos = sorted({r.get("algo", "ppo") for r in rows})
+    ratios = {r.get("replay_ratio") for r in rows}
     return {
+        "algo": algos[0] if len(algos) == 1 else algos, "sweep_axis": SWEEP_AXIS,
+        "replay_ratio": ratios.pop() if len(ratios) == 1 else None,
         "sweep_dir": str(sweep_dir), "metric": metric, "target": targets.pop() if len(targets) == 1 else None,
         "smooth_steps": smooth_steps, "smoothing": SMOOTHING,
         "unroll_length": t_values.pop() if len(t_values) == 1 else None, "units": dict(UNITS),

@@ -210,6 +210,16 @@ def headline(s: dict) -> str:
     return "; ".join(parts)
 
 
+def swept_line(summary: dict) -> str:
+    """Which learner and which axis the sweep varied (and what it held fixed for SAC)."""
+    algo = summary.get("algo", "ppo")
+    text = f"Learner: `{algo if isinstance(algo, str) else ', '.join(algo)}`; swept: `{summary.get('sweep_axis', 'num_envs')}` (B)"
+    if summary.get("replay_ratio") is not None:
+        text += (f" at a fixed replay ratio of {fmt(summary['replay_ratio'])} gradient steps per env step (the "
+                 "gradient steps per iteration grow with B; the gradient batch `sac_batch_size` is fixed)")
+    return text + "."
+
+
 def markdown_report(summary: dict) -> str:
     """The text of ``report.md`` (figures: the names in ``summary["figures"]``)."""
     target = summary["target"]
@@ -220,7 +230,7 @@ def markdown_report(summary: dict) -> str:
              f"up to k−1 iterations (never early for curves that stay above the target), more at small B. "
              f"Medians count a seed that never reached as infinitely late (finite only if more than half reached). "
              f"Units: B in envs, S in iterations, E in env steps per seed, wall in seconds; b_simple in envs = "
-             f"transitions / T (T = {summary['unroll_length']}).", ""]
+             f"transitions / T (T = {summary['unroll_length']}).", "", swept_line(summary), ""]
     lines += ["## Per batch size", ""] + _md_table(*table(summary)) + [""]
     if summary["not_reached"]:
         lines += [f"Target not reached (median over seeds) at B = {summary['not_reached']}.", ""]
