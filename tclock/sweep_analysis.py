@@ -464,10 +464,12 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
 
     * ``sweep_dir``, ``metric``, ``target`` (common target, or None if runs differ),
       ``smooth_steps``, ``smoothing``, ``unroll_length`` (None if runs differ), ``units``,
-      ``include_incomplete``.
+      ``include_incomplete``; ``algo`` (the learner, or the list if runs differ),
+      ``sweep_axis`` (``num_envs``), ``replay_ratio`` (SAC's fixed gradient steps per env step,
+      else None).
     * ``runs``: one dict per batch size used, ascending ``num_envs``: ``run``, ``num_envs``,
-      ``unroll_length``, ``state``, ``complete``, ``seeds``, ``iterations``, ``env_steps``,
-      ``target``, ``smooth_k``; ``steps_to_target`` / ``env_steps_to_target`` /
+      ``unroll_length``, ``state``, ``complete``, ``lr``, ``lr_scaling``, ``algo``,
+      ``replay_ratio``, ``seeds``, ``iterations``, ``env_steps``, ``target``, ``smooth_k``; ``steps_to_target`` / ``env_steps_to_target`` /
       ``wall_to_target`` each ``{median, q25, q75, min, max, per_seed}``; ``n_reached``,
       ``reached_fraction``, ``final_metric`` (+ ``_per_seed``), ``final_episode_return``
       (+ ``_per_seed``), ``gdc_mean``, ``gdc_n``, ``b_simple_transitions``, ``b_simple_envs``,

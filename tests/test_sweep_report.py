@@ -246,7 +246,7 @@ def test_every_file_written(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
     js = runlog.read_json(tmp_path / "summary.json")
     assert set(js) == {
-        "sweep_dir", "metric", "target", "smooth_steps", "smoothing", "unroll_length", "units",
+        "algo", "sweep_axis", "replay_ratio", "sweep_dir", "metric", "target", "smooth_steps", "smoothing", "unroll_length", "units",
         "include_incomplete", "batch_sizes", "incomplete", "runs", "not_reached", "fit", "fit_note", "b_crit",
         "b_crit_transitions", "b_crit_ci", "r2", "gdc_threshold", "gdc_cliff", "b_simple_envs",
         "b_simple_transitions", "b_crit_online_envs", "b_crit_trusted", "b_crit_distrust", "step_size_limited", "lr_grid", "time_fit", "b_star", "b_best_measured", "best_wall_s", "notes", "headline",
