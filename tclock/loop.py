@@ -27,10 +27,10 @@ import numpy as np
 
 from tclock.config import TrainConfig, make_drbs_controller, validate
 from tclock.control.coscale import lr_multiplier
-from tclock.control.drbs_critical import median_of
 from tclock.online_critical import ONLINE_KEY
 from tclock.control import RhythmGate, UpdateRhythm
 from tclock.runbook import RunBook, RunResult, TrainingDiverged
+from tclock.runlog import seed_median
 from tclock.runtime import CompiledAgent, build_agent, compiled_for, make_lr_clock
 
 __all__ = ["train", "TrainingDiverged", "RunResult", "build_agent", "compiled_for"]
@@ -158,7 +158,7 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, device, on_iteration) ->
                          purm_waited_s=gate.waited_s)
         record = book.record(number, env_steps, clocks.rt, clocks.learn, clocks.ut, clocks.ratio, batch,
                              cache.count(), (roll_m, upd_m), extra)
-        b_noise = median_of(record.get(ONLINE_KEY)) or b_noise
+        b_noise = seed_median(record.get(ONLINE_KEY)) or b_noise
         if controller is not None:
             controller.observe(record)
             record.update({DRBS_KEY[cfg.drbs_signal]: controller.ratio_mean(),

@@ -446,6 +446,16 @@ def seed_matrix(records: Sequence[dict], key: str, keep_missing: bool = False) -
     return np.asarray(iters, dtype=int), out
 
 
+def seed_median(values) -> float | None:
+    """Median over seeds of one logged per-seed value (a list with ``null`` for non-finite
+    seeds, or a scalar); None when no seed is finite."""
+    if values is None:
+        return None
+    v = np.asarray([x for x in np.ravel(values) if x is not None], dtype=float)
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) if v.size else None
+
+
 def nanmean_rows(values: np.ndarray) -> np.ndarray:
     """Mean over seeds (axis 1) ignoring NaN; NaN where a row has no finite value."""
     if values.ndim != 2 or values.shape[1] == 0:

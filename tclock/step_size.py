@@ -41,6 +41,7 @@ import math
 import numpy as np
 
 from tclock import thresholds
+from tclock.runlog import seed_median
 
 __all__ = ["SOURCE", "STEP_KEY", "ratio_from_gains", "full_batch_ratio", "advice", "median_ratio",
            "learning_phase_end", "run_ratio"]
@@ -83,10 +84,9 @@ def advice(r_full: float, b_noise_envs, num_envs: int) -> dict:
 
 
 def median_ratio(values) -> float:
-    """Median over seeds of per-seed ratios (None/NaN skipped)."""
-    v = np.asarray([x for x in (values or []) if x is not None], dtype=float)
-    v = v[np.isfinite(v)]
-    return float(np.median(v)) if v.size else float("nan")
+    """Median over seeds of per-seed ratios (None/NaN skipped; NaN when none is finite)."""
+    m = seed_median(values)
+    return float("nan") if m is None else m
 
 
 def learning_phase_end(records, target) -> float:

@@ -88,7 +88,7 @@ def run_name(batch_size: int, lr: float | None = None) -> str:
     return f"B{batch_size:04d}" + ("" if lr is None else f"_lr{lr_key(lr)}")
 
 
-def _grid(base: TrainConfig, spec: SweepSpec) -> list[tuple[int, float | None]]:
+def _grid(spec: SweepSpec) -> list[tuple[int, float | None]]:
     return [(b, lr) for b in spec.batch_sizes for lr in (spec.lrs or (None,))]
 
 
@@ -96,7 +96,7 @@ def sweep_configs(base: TrainConfig, spec: SweepSpec, out: str | Path) -> list[T
     """One validated config per batch size; every size is checked before anything compiles."""
     spec.validate()
     configs = []
-    for b, lr in _grid(base, spec):
+    for b, lr in _grid(spec):
         changes = {"num_envs": b, "out": str(Path(out) / run_name(b, lr)), "progress": False}
         if lr is not None:
             changes["lr"] = lr

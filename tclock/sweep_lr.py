@@ -113,7 +113,7 @@ def _cell(r: dict) -> dict:
             "online_estimates_envs": r.get("online_estimates_envs")}
 
 
-def analyse_grid(rows: list[dict], frequency: np.ndarray, fixed: dict[float, dict]) -> dict:
+def analyse_grid(rows: list[dict], frequency: np.ndarray, fixed: dict[float, dict]) -> tuple[dict, list[dict]]:
     """The ``lr_grid`` section of a grid sweep's summary and the tuned rows.
 
     Args:

@@ -31,6 +31,7 @@ import numpy as np
 
 from tclock.control.checks import finite_number, is_int
 from tclock.control.drbs import _check_range, _resolve_ladder
+from tclock.runlog import seed_median
 
 __all__ = ["Move", "CriticalBatchController"]
 
@@ -43,13 +44,6 @@ class Move(NamedTuple):
     size: int
 
 
-def median_of(values) -> float | None:
-    """Median over seeds of a logged per-seed value (None when nothing finite)."""
-    if values is None:
-        return None
-    v = np.asarray([x for x in np.ravel(values) if x is not None], dtype=float)
-    v = v[np.isfinite(v)]
-    return float(np.median(v)) if v.size else None
 
 
 class CriticalBatchController:
@@ -128,7 +122,7 @@ class CriticalBatchController:
         if finite_number(rt) and finite_number(learn) and is_int(b_now):
             self._times.setdefault(int(b_now), []).append(float(rt) + float(learn))
             self._times[int(b_now)] = self._times[int(b_now)][-50:]
-        b = median_of(record.get("b_crit_online_envs"))
+        b = seed_median(record.get("b_crit_online_envs"))
         if b is None or b <= 0:
             return self._size
         self._b = b
