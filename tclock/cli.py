@@ -126,6 +126,7 @@ SWEEP_DEFAULTS = {"seeds": 3, "total_steps": 600_000, "gdc_every": 4, "noise_spl
 
 
 def cmd_sweep(args) -> int:
+    from tclock import agents
     from tclock.sweep import SweepSpec, run_sweep
 
     names = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -133,6 +134,8 @@ def cmd_sweep(args) -> int:
     from_file = set(_yaml_keys(args.config))
     defaults = {k: v for k, v in SWEEP_DEFAULTS.items() if k not in given | from_file}
     base = config_from_args(args, extra=None, defaults=defaults)
+    if "noise_split" in defaults and not agents.learner_spec(base.algo).on_policy:
+        base = base.replace(noise_split=False)  # the half-phase split is an on-policy estimator
     spec = SweepSpec(batch_sizes=tuple(args.batch_sizes), budget=args.budget, minibatch=args.minibatch,
                      minibatch_size=args.minibatch_size, devices=args.devices, lrs=tuple(args.lrs or ()))
     summary = run_sweep(base, spec, base.out, progress=base.progress, retry_failed=args.retry_failed)

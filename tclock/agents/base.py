@@ -75,7 +75,8 @@ class LearnerSpec:
     reads (documentation; ``tclock learners`` lists them).  ``batch_multiple(cfg)``: every
     batch size (``num_envs``, each DRBS ladder size) must be a multiple of it.
     ``validate(cfg)`` raises ``ConfigError`` for a config this learner cannot run, before
-    anything compiles.  ``metrics``: the per-iteration keys it logs beyond the shared ones."""
+    anything compiles.  ``metrics``: the per-iteration keys it logs beyond the shared ones.
+    ``on_policy``: False for a learner that learns from a replay buffer (SAC)."""
 
     name: str
     factory: Callable[[Any, Any], Learner]
@@ -85,6 +86,7 @@ class LearnerSpec:
     batch_multiple: Callable[[Any], int] = _one
     validate: Callable[[Any], None] | None = None
     metrics: tuple = ()
+    on_policy: bool = True  # learns from its own latest rollout (the half-phase noise split applies)
 
 
 _LEARNERS: dict[str, LearnerSpec] = {}

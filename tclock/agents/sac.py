@@ -295,4 +295,5 @@ SPEC = LearnerSpec(
             "sac_target_entropy"),
     validate=validate_sac,
     metrics=SAC_METRICS,
+    on_policy=False,
 )
