@@ -133,9 +133,10 @@ def cmd_sweep(args) -> int:
     given = {k for k, v in vars(args).items() if k in names and v is not None}
     from_file = set(_yaml_keys(args.config))
     defaults = {k: v for k, v in SWEEP_DEFAULTS.items() if k not in given | from_file}
+    algo = args.algo or _yaml_value(args.config, "algo") or "ppo"
+    if algo in agents.learner_names() and not agents.learner_spec(algo).on_policy:
+        defaults.pop("noise_split", None)  # the half-phase split is an on-policy estimator
     base = config_from_args(args, extra=None, defaults=defaults)
-    if "noise_split" in defaults and not agents.learner_spec(base.algo).on_policy:
-        base = base.replace(noise_split=False)  # the half-phase split is an on-policy estimator
     spec = SweepSpec(batch_sizes=tuple(args.batch_sizes), budget=args.budget, minibatch=args.minibatch,
                      minibatch_size=args.minibatch_size, devices=args.devices, lrs=tuple(args.lrs or ()))
     summary = run_sweep(base, spec, base.out, progress=base.progress, retry_failed=args.retry_failed)
@@ -145,6 +146,12 @@ def cmd_sweep(args) -> int:
               file=sys.stderr)
         return EXIT_DIVERGED
     return EXIT_OK
+
+
+def _yaml_value(path, key: str):
+    from tclock.config import read_yaml
+
+    return read_yaml(path).get(key) if path else None
 
 
 def _yaml_keys(path) -> list:
