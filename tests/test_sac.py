@@ -290,19 +290,22 @@ def test_sac_learns_pointmass_reach_on_every_seed(tmp_path):
 
 @pytest.mark.slow
 def test_sac_sweep_over_num_envs_reports_learner_axis_and_replay_ratio(tmp_path):
-    from tclock.sweep import SweepSpec, run_sweep
+    from tclock import cli, runlog
 
-    base = sac_cfg(tmp_path / "unused", seeds=2, unroll_length=8, sac_min_replay=128, sac_batch_size=64,
-                   policy_hidden=(16,), value_hidden=(16,), gdc_every=2, total_steps=16 * 8 * 6, target_success=0.05)
-    summary = run_sweep(base, SweepSpec(batch_sizes=(16, 32)), tmp_path / "sweep", progress=False,
-                        announce=lambda s: None)
+    out = tmp_path / "sweep"
+    code = cli.main(["sweep", "--algo", "sac", "--batch-sizes", "16", "32", "--seeds", "2", "--unroll-length", "8",
+                     "--sac-min-replay", "128", "--sac-batch-size", "64", "--policy-hidden", "16", "--value-hidden",
+                     "16", "--gdc-every", "2", "--total-steps", str(16 * 8 * 6), "--target-success", "0.05",
+                     "--no-progress", "--out", str(out)])
+    assert code == cli.EXIT_OK
+    summary = runlog.read_json(out / "summary.json")
     assert [r["num_envs"] for r in summary["runs"]] == [16, 32]
     assert summary["algo"] == "sac" and summary["sweep_axis"] == "num_envs" and summary["replay_ratio"] == 0.0625
-    report = (tmp_path / "sweep" / "report.md").read_text()
+    report = (out / "report.md").read_text()
     assert "Learner: `sac`; swept: `num_envs` (B) at a fixed replay ratio of 0.0625" in report
-    from tclock import runlog
     for b, steps in ((16, 8.0), (32, 16.0)):  # the gradient steps follow B at the fixed ratio
-        rows = runlog.read_metrics(tmp_path / "sweep" / f"B{b:04d}")
+        assert runlog.read_config(out / f"B{b:04d}")["noise_split"] is False  # the on-policy split stays off
+        rows = runlog.read_metrics(out / f"B{b:04d}")
         assert rows[-1]["grad_steps"] == [steps, steps]
 
 
