@@ -1,17 +1,15 @@
 """SAC: its losses against plain NumPy, the replay ring against a Python list, its config checks,
 and (real training) that it learns, resumes with its buffer, and repeats itself."""
 import math
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from golden_runs import deterministic as strip_timing
+from killed_runs import kill_when
 
 from tclock import replay
 from tclock.agents import losses
@@ -249,21 +247,7 @@ def test_sac_resume_after_a_killed_process_restores_the_replay_buffer(tmp_path):
     assert reference.returncode == 0, reference.stderr
     want = runlog.read_metrics(tmp_path / "ref")
     out = tmp_path / "killed"
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "xla_killed")}
-    proc = subprocess.Popen(_sac_cli(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline:
-            ckpt = runlog.checkpoint_iteration(out)
-            if ckpt and ckpt >= 8:
-                break
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_when(_sac_cli(out), out, min_checkpoint=8, cache_dir=tmp_path / "xla_killed")
     partial = runlog.read_metrics(out)
     assert 8 <= len(partial) < 60
     resumed = subprocess.run(_sac_cli(out, "--resume"), capture_output=True, text=True, timeout=300)

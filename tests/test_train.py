@@ -1,10 +1,7 @@
 """PPO end to end on real Brax envs: learning, determinism, resume after a kill, NaN stop."""
 import math
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ from tclock.config import TrainConfig
 from tclock.loop import TrainingDiverged, train
 
 from golden_runs import deterministic as strip_timing  # noqa: E402
+from killed_runs import kill_when  # noqa: E402
 SMALL = dict(num_envs=32, unroll_length=16, num_minibatches=4, num_epochs=2, seeds=2, policy_hidden=(32, 32),
              value_hidden=(32, 32), gdc_every=2, gdc_minibatch=32, progress=False)
 
@@ -79,25 +77,7 @@ def _cli(out, *extra):
 def test_resume_after_killed_process_loses_and_duplicates_nothing(tmp_path):
     reference = runlog.read_metrics(train(small_cfg(tmp_path / "ref", total_steps=512 * 300)).run_dir)
     out = tmp_path / "killed"
-    # The killed process gets its own compilation cache: a kill in the middle of writing a cache
-    # entry must not leave a truncated entry that a later test (same program) reads and aborts on.
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "xla_killed")}
-    proc = subprocess.Popen(_cli(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline:
-            ckpt = runlog.checkpoint_iteration(out)
-            lines = len(runlog.read_metrics(out, missing_ok=True)) if (out / "metrics.jsonl").exists() else 0
-            if ckpt and ckpt >= 6 and lines >= 10:
-                break
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.005)
-        assert runlog.read_status(out)["state"] == "running"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill_when(_cli(out), out, min_checkpoint=6, min_lines=10, cache_dir=tmp_path / "xla_killed")
     partial = runlog.read_metrics(out)
     assert len(partial) < 300
     resumed = subprocess.run(_cli(out, "--resume"), capture_output=True, text=True, timeout=400)

@@ -21,7 +21,7 @@ from tclock import diagnostics
 from tclock.agents import acting, losses, sgd
 from tclock.agents.acting import Trajectory
 from tclock.agents.base import LossTerms
-from tclock.agents.seeding import init_seeds, seed_keys
+from tclock.agents.seeding import SeededInit
 from tclock.envs.wrappers import BatchedEnv, EnvCarry
 from tclock.networks import GaussianPolicy, ValueNet
 
@@ -144,7 +144,7 @@ def split_update_noise(update_one, state, traj: Trajectory, lr, full_params, hel
 
 
 @dataclass
-class ActorCritic:
+class ActorCritic(SeededInit):
     """Base of the on-policy learners; see the module docstring and :mod:`tclock.agents.base`."""
 
     cfg: Any
@@ -157,7 +157,6 @@ class ActorCritic:
         self.policy = GaussianPolicy(tuple(cfg.policy_hidden), self.action_size, cfg.activation)
         self.value = ValueNet(tuple(cfg.value_hidden), cfg.activation)
         self.optimizer = sgd.make_optimizer(cfg.max_grad_norm)
-        self._init_program = None  # jitted on first use, reused for every init of this learner
 
     # ------------------------------------------------------------------ init
     def init_one(self, key: jax.Array) -> ActorCriticState:
@@ -168,12 +167,6 @@ class ActorCritic:
         zero = jnp.zeros(())
         return ActorCriticState(params=params, opt_state=self.optimizer.init(params), normalizer=normalizer,
                                 env=self.env.reset(k_env), key=k_state, last_return=zero, last_success=zero)
-
-    def init(self, seed: int, num_seeds: int) -> ActorCriticState:
-        """The seeds' initial states as one compiled program (:func:`tclock.agents.seeding.init_seeds`)."""
-        if self._init_program is None:
-            self._init_program = jax.jit(lambda keys: init_seeds(self.init_one, keys))
-        return self._init_program(seed_keys(seed, num_seeds))
 
     # ------------------------------------------------------------------ networks
     def _normalize(self, normalizer, obs):

@@ -46,7 +46,7 @@ from tclock import diagnostics, replay
 from tclock.agents import acting, losses, sgd
 from tclock.agents.acting import Trajectory
 from tclock.agents.base import LearnerSpec
-from tclock.agents.seeding import init_seeds, seed_keys
+from tclock.agents.seeding import SeededInit
 from tclock.envs.wrappers import BatchedEnv, EnvCarry
 from tclock.networks import TanhGaussianActor, TwinQ, sample_tanh_gaussian
 
@@ -76,7 +76,7 @@ def grad_steps(cfg, num_envs: int) -> int:
 
 
 @dataclass
-class SAC:
+class SAC(SeededInit):
     """Soft actor-critic learner; see the module docstring."""
 
     cfg: Any
@@ -90,7 +90,6 @@ class SAC:
         self.q = TwinQ(tuple(cfg.value_hidden), cfg.activation)
         self.optimizer = sgd.make_optimizer(cfg.max_grad_norm)
         self.target_entropy = float(cfg.sac_target_entropy) * self.action_size
-        self._init_program = None
 
     # ------------------------------------------------------------------ init
     def init_one(self, key: jax.Array) -> SACState:
@@ -107,12 +106,6 @@ class SAC:
         return SACState(params=params, target_q=params["q"], log_alpha=log_alpha, opt_state=opt_state,
                         normalizer=normalizer, replay=replay.empty(self.cfg.sac_buffer_size, example),
                         env=self.env.reset(k_env), key=k_state, last_return=zero, last_success=zero)
-
-    def init(self, seed: int, num_seeds: int) -> SACState:
-        """The seeds' initial states as one compiled program (:func:`tclock.agents.seeding.init_seeds`)."""
-        if self._init_program is None:
-            self._init_program = jax.jit(lambda keys: init_seeds(self.init_one, keys))
-        return self._init_program(seed_keys(seed, num_seeds))
 
     # ------------------------------------------------------------------ networks
     def _normalize(self, normalizer, obs):

@@ -29,3 +29,16 @@ def init_seeds(init_one: Callable[[jax.Array], Any], keys: jax.Array) -> Any:
     """``init_one`` of every key, stacked on a leading seed axis; seeds one after another so no
     factorisation inside ``init_one`` becomes a batched LAPACK call (see the module docstring)."""
     return jax.lax.map(init_one, keys)
+
+
+class SeededInit:
+    """Gives a learner ``init(seed, num_seeds)`` from its one-seed ``init_one(key)``: one jitted
+    program (:func:`init_seeds` over :func:`seed_keys`), compiled on first use and reused for
+    every later init of the same learner (the asynchronous pipeline's actors call it again)."""
+
+    _init_program = None
+
+    def init(self, seed: int, num_seeds: int) -> Any:
+        if self._init_program is None:
+            self._init_program = jax.jit(lambda keys: init_seeds(self.init_one, keys))
+        return self._init_program(seed_keys(seed, num_seeds))
