@@ -1,12 +1,16 @@
 """Critical rollout batch size per algorithm (write-up section 1: PPO 256, SAC 128, IMPALA 512).
 
-A ``tclock.sweep.run_sweep`` per algorithm (PPO, IMPALA; SAC exists but is not swept here yet):
-every batch size gets the same env-step budget, steps to target (success rate 0.5, smoothed)
-are fitted with ``S(B) = S_min + c/B`` and ``B_crit = c/S_min`` envs, with a bootstrap CI over
-seeds (``tclock.sweep_report``).  The full sweep reports (summary.json, report.md, PNGs) stay in
-``runs/<env>_<algo>/``.
+A ``tclock.sweep.run_sweep`` per algorithm (PPO, IMPALA, SAC): every batch size gets the same
+env-step budget, steps to target (success rate 0.5, smoothed) are fitted with
+``S(B) = S_min + c/B`` and ``B_crit = c/S_min`` envs, with a bootstrap CI over seeds
+(``tclock.sweep_report``).  The swept B is num_envs for all three (the write-up's "rollout batch");
+SAC runs at its fixed replay ratio, so its gradient steps per iteration grow with B (its own
+gradient batch is swept by ``tclock sweep --sweep-axis sac_batch_size``, not here).  SAC gets its
+own, smaller budget and batch sizes (an off-policy env step costs far more compute here).  The full
+sweep reports (summary.json, report.md, PNGs) stay in ``runs/<env>_<algo>/``.
 
-    python experiments/critical_point.py --quick   # pointmass_reach, B = 64..1024, 2 seeds, 1M steps
+    python experiments/critical_point.py --quick   # pointmass_reach: PPO/IMPALA B = 64..1024, 2 seeds,
+                                                   # 1M steps; SAC B = 16..512, 2 seeds, 200k steps
     python experiments/critical_point.py           # full: pointmass_reach + reacher_sparse, B = 32..2048
 """
 from __future__ import annotations
@@ -20,19 +24,34 @@ import common
 from common import CLAIMS, fmt, md_table
 
 NAME = "critical_point"
-ALGOS = ("ppo", "impala")
+ALGOS = ("ppo", "impala", "sac")
 
 
 def settings(args) -> dict:
+    """The experiment's settings; ``per_algo[algo]`` overrides ``batch_sizes``, ``total_steps`` and
+    ``cfg`` for one learner (SAC)."""
     if args.mode == "smoke":
         return {"envs": ("pointmass_reach",), "batch_sizes": (16, 32), "seeds": 2, "total_steps": 16 * 8 * 8,
                 "cfg": {"unroll_length": 8, "policy_hidden": (16,), "value_hidden": (16,), "num_minibatches": 2,
-                        "num_epochs": 2, "gdc_minibatch": 32, "gdc_every": 2, "target_success": 0.05}}
+                        "num_epochs": 2, "gdc_minibatch": 32, "gdc_every": 2, "target_success": 0.05},
+                "per_algo": {"sac": {"cfg": {"unroll_length": 8, "policy_hidden": (16,), "value_hidden": (16,),
+                                             "sac_min_replay": 128, "sac_batch_size": 64, "gdc_minibatch": 32,
+                                             "gdc_every": 2, "target_success": 0.05}}}}
     if args.mode == "quick":
         return {"envs": ("pointmass_reach",), "batch_sizes": (64, 128, 256, 512, 1024), "seeds": 2,
-                "total_steps": 1_000_000, "cfg": {"unroll_length": 32, "gdc_every": 4}}
+                "total_steps": 1_000_000, "cfg": {"unroll_length": 32, "gdc_every": 4},
+                "per_algo": {"sac": {"batch_sizes": (16, 32, 64, 128, 256, 512), "total_steps": 200_000,
+                                     "cfg": {"gdc_every": 4}}}}
     return {"envs": ("pointmass_reach", "reacher_sparse"), "batch_sizes": (32, 64, 128, 256, 512, 1024, 2048),
-            "seeds": 4, "total_steps": 20_000_000, "cfg": {"unroll_length": 32, "gdc_every": 2}}
+            "seeds": 4, "total_steps": 20_000_000, "cfg": {"unroll_length": 32, "gdc_every": 2},
+            "per_algo": {"sac": {"batch_sizes": (16, 32, 64, 128, 256, 512, 1024), "total_steps": 2_000_000,
+                                 "cfg": {"gdc_every": 2}}}}
+
+
+def algo_settings(s: dict, algo: str) -> dict:
+    """``batch_sizes``, ``total_steps`` and ``cfg`` of one learner's sweep."""
+    own = s.get("per_algo", {}).get(algo, {})
+    return {k: own.get(k, s[k]) for k in ("batch_sizes", "total_steps", "cfg")}
 
 
 def compact(summary: dict) -> dict:
@@ -131,12 +150,13 @@ def main(argv=None) -> dict:
         results[env], errors[env] = {}, {}
         for algo in ALGOS:
             out = runs / f"{env}_{algo}"
-            common.say(f"sweep {env} {algo} B={list(s['batch_sizes'])} x {s['seeds']} seeds, "
-                       f"{s['total_steps']:,} env steps each")
-            base = defaults_for(algo, env=env, seeds=s["seeds"], total_steps=s["total_steps"], progress=False,
-                                **s["cfg"])  # each learner's own defaults under the experiment's settings
+            a = algo_settings(s, algo)
+            common.say(f"sweep {env} {algo} B={list(a['batch_sizes'])} x {s['seeds']} seeds, "
+                       f"{a['total_steps']:,} env steps each")
+            base = defaults_for(algo, env=env, seeds=s["seeds"], total_steps=a["total_steps"], progress=False,
+                                **a["cfg"])  # each learner's own defaults under the experiment's settings
             try:
-                summary = run_sweep(base, SweepSpec(batch_sizes=s["batch_sizes"]), out, progress=False,
+                summary = run_sweep(base, SweepSpec(batch_sizes=a["batch_sizes"]), out, progress=False,
                                     announce=common.say)
             except Exception as e:  # noqa: BLE001 - an unfinished learner is reported as pending
                 common.say(traceback.format_exc())
@@ -144,14 +164,18 @@ def main(argv=None) -> dict:
                 continue
             finally:
                 common.drop_checkpoints(out)
-            results[env][algo] = compact(summary)
+            results[env][algo] = {**compact(summary), "total_steps": a["total_steps"],
+                                  "unroll_length": base.unroll_length}
 
     # ---- tables
-    body = [f"`tclock.sweep.run_sweep` with the same env-step budget ({s['total_steps']:,} per seed) at every B, "
-            f"{s['seeds']} seeds, target success rate {s['cfg'].get('target_success', 0.5)} (trailing mean over "
-            "~16k env steps), T = " + str(s["cfg"]["unroll_length"]) + ". S = iterations to target (median over "
-            "seeds), E = env steps to target, wall = loop seconds to target. Per-sweep reports: "
-            "`runs/<env>_<algo>/report.md`.", ""]
+    sac = algo_settings(s, "sac")
+    body = [f"`tclock.sweep.run_sweep` with the same env-step budget at every B ({s['total_steps']:,} per seed for "
+            f"PPO and IMPALA, {sac['total_steps']:,} for SAC), {s['seeds']} seeds, target success rate "
+            f"{s['cfg'].get('target_success', 0.5)} (trailing mean over ~16k env steps), T = "
+            f"{s['cfg']['unroll_length']} for PPO and IMPALA, {sac['cfg'].get('unroll_length', 16)} for SAC. SAC keeps its "
+            "replay ratio fixed (gradient steps per env step), so its gradient steps per iteration grow with B. "
+            "S = iterations to target (median over seeds), E = env steps to target, wall = loop seconds to target. "
+            "Per-sweep reports: `runs/<env>_<algo>/report.md`.", ""]
     for env in s["envs"]:
         for algo in ALGOS:
             if algo in errors[env]:
@@ -163,7 +187,7 @@ def main(argv=None) -> dict:
                      fmt(r["gdc_mean"], ".2f"), fmt(r["b_simple_envs"], ".3g"), fmt(r["rt_ut_ratio_mean"], ".2f"),
                      fmt(r["iteration_s_mean"], ".3g")] for r in res["runs"]]
             ci = res["b_crit_ci"]
-            body += [f"### {env} / {algo}", "",
+            body += [f"### {env} / {algo} ({res['total_steps']:,} env steps per seed, T = {res['unroll_length']})", "",
                      md_table(["B", "iterations", "seeds reached", "S median", "E median", "wall median s",
                                "final success", "GDC", "b_simple (envs)", "RT/UT", "iteration s"], rows), "",
                      f"B_crit = **{fmt(res['b_crit'], '.3g')} envs**"
@@ -181,10 +205,6 @@ def main(argv=None) -> dict:
             c = learns_less_claim(env, algo, results[env].get(algo))
             if c:
                 claims.append(c)
-    claims.append(common.claim("b_crit_sac", "SAC critical batch size", f"{CLAIMS['critical']['values']['sac']} envs",
-                               "not swept by this experiment yet", "not tested",
-                               "tclock has SAC (--algo sac; `tclock sweep --algo sac` sweeps it at a fixed replay "
-                               "ratio), but this experiment sweeps PPO and IMPALA only so far."))
 
     # ---- figures
     figures = []
@@ -230,7 +250,9 @@ def main(argv=None) -> dict:
     notes = ["B_crit here is the McCandlish et al. critical batch of the steps-to-target curve (docs/design.md §2), "
              "the quantitative reading of the write-up's 'critical rollout batch size'; the write-up does not say "
              "how it measured its values.",
-             "SAC: not implemented in tclock, so its claim (128) is not tested."]
+             "SAC is swept over num_envs at its fixed replay ratio (0.0625 gradient steps per env step, "
+             "gradient batch 256), the reading of the write-up's 'rollout batch'; the write-up does not say what "
+             "it held fixed."]
     if any(errors[e] for e in errors):
         notes.append("IMPALA rows marked pending: " + "; ".join(f"{e}/{a}: {m}" for e in errors
                                                                for a, m in errors[e].items()))

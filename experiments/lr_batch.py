@@ -60,7 +60,7 @@ def settings(args) -> dict:
 
 
 def _e(cell: dict) -> float:
-    v = cell["env_steps_median"]
+    v = cell["samples_median"]  # E: env steps per seed in these num_envs sweeps
     return v if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
 
 
@@ -89,7 +89,7 @@ def label_cells(summary: dict) -> dict:
 
     if first_window_hits(summary["runs"]):
         return {}
-    cells = {(c["num_envs"], c["lr"]): c for c in summary["lr_grid"]["cells"]}
+    cells = {(c["batch"], c["lr"]): c for c in summary["lr_grid"]["cells"]}
     b_crit = label_fit(summary)[0]
     out = {}
     for (b, lr), c in cells.items():
@@ -118,7 +118,7 @@ def online_estimates(summary: dict) -> dict:
     """Per estimator, the median over B of the online critical batch (envs) of the best-lr runs,
     and of the lr 1e-3 runs (the default sweep's lr) beside it."""
     grid = summary["lr_grid"]
-    best = {b["num_envs"]: b["lr"] for b in grid["best_lr"]}
+    best = {b["batch"]: b["lr"] for b in grid["best_lr"]}
 
     def med(cells, key):
         vals = [c["b_simple_envs"] if key == "b_simple" else (c.get("online_estimates_envs") or {}).get(key)
@@ -126,7 +126,7 @@ def online_estimates(summary: dict) -> dict:
         v = common.finite(vals)
         return float(np.median(v)) if v.size else math.nan
 
-    tuned = [c for c in grid["cells"] if best.get(c["num_envs"]) == c["lr"]]
+    tuned = [c for c in grid["cells"] if best.get(c["batch"]) == c["lr"]]
     default = [c for c in grid["cells"] if math.isclose(c["lr"], 1e-3)]
     return {"tuned": {k: med(tuned, k) for k in ESTIMATORS}, "lr_1e-03": {k: med(default, k) for k in ESTIMATORS}}
 
@@ -148,17 +148,17 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
                 else "batch above" if batch_row.data.get("class") == "above" else "neither")
         doctor = report.batch_and_step["outcome"]  # ... and what tclock doctor says today
         b_tuned = label_fit(summary)[0]
-        if (c["num_envs"], c["lr"]) not in labels:
+        if (c["batch"], c["lr"]) not in labels:
             continue  # a censored task: no labels
         batch_label = (None if not math.isfinite(b_tuned) else
-                       "above" if c["num_envs"] > 2 * b_tuned else "below" if c["num_envs"] < b_tuned / 2 else None)
+                       "above" if c["batch"] > 2 * b_tuned else "below" if c["batch"] < b_tuned / 2 else None)
         rows.append({"batch_label": batch_label, "online_class": batch_row.data.get("class"),
                      "b_crit_online_envs": batch_row.data.get("b_crit_online_envs"),
-                     "best_lr": any(b["num_envs"] == c["num_envs"] and b["lr"] == c["lr"]
+                     "best_lr": any(b["batch"] == c["batch"] and b["lr"] == c["lr"]
                                     for b in summary["lr_grid"]["best_lr"])})
-        rows[-1].update({"num_envs": c["num_envs"], "lr": c["lr"], "label": labels[(c["num_envs"], c["lr"])],
+        rows[-1].update({"num_envs": c["batch"], "lr": c["lr"], "label": labels[(c["batch"], c["lr"])],
                      "signal": r, "signal_class": "lr too large" if r > thresholds.STEP_TOO_LARGE else "not",
-                     "doctor": doctor, "rule": rule, "env_steps_median": c["env_steps_median"]})
+                     "doctor": doctor, "rule": rule, "env_steps_median": c["samples_median"]})
     return rows
 
 

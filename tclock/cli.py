@@ -138,9 +138,10 @@ def cmd_sweep(args) -> int:
         defaults.pop("noise_split", None)  # the half-phase split is an on-policy estimator
     base = config_from_args(args, extra=None, defaults=defaults)
     spec = SweepSpec(batch_sizes=tuple(args.batch_sizes), budget=args.budget, minibatch=args.minibatch,
-                     minibatch_size=args.minibatch_size, devices=args.devices, lrs=tuple(args.lrs or ()))
+                     minibatch_size=args.minibatch_size, devices=args.devices, lrs=tuple(args.lrs or ()),
+                     axis=args.sweep_axis)
     summary = run_sweep(base, spec, base.out, progress=base.progress, retry_failed=args.retry_failed)
-    diverged = [r["num_envs"] for r in summary["incomplete"] if r.get("diverged")]
+    diverged = [r["batch"] for r in summary["incomplete"] if r.get("diverged")]
     if diverged:
         print(f"error: training diverged at B={diverged} (see {base.out}/report.md); the other batch sizes ran",
               file=sys.stderr)
@@ -226,7 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tclock.sweep import DEFAULT_BATCH_SIZES
 
     p.add_argument("--batch-sizes", nargs="+", type=int, default=list(DEFAULT_BATCH_SIZES),
-                   help="num_envs values to sweep (default: %(default)s)")
+                   help="values of the swept field, num_envs unless --sweep-axis says (default: %(default)s)")
+    p.add_argument("--sweep-axis", choices=("num_envs", "sac_batch_size"), default="num_envs",
+                   help="the field --batch-sizes sets: num_envs (the rollout batch) or, with --algo sac, "
+                        "sac_batch_size (the gradient batch, at fixed num_envs and replay ratio)")
     p.add_argument("--budget", choices=("steps", "iterations"), default="steps",
                    help="fixed across the sweep: env steps per seed (total_steps) or iterations (default: steps)")
     p.add_argument("--minibatch", choices=("count", "size"), default="count",

@@ -97,8 +97,11 @@ def _b_star(b_crit: float, time_fit: dict | None) -> float | None:
 
 
 def _measured(sweep: dict | None) -> tuple[float | None, str]:
-    """The sweep's B_crit in envs and its CI text, when the summary holds a finite one."""
+    """The sweep's B_crit in envs and its CI text, when the summary holds a finite one (a sweep of
+    SAC's gradient batch measures transitions per gradient step, not envs: not used)."""
     if not sweep or sweep.get("b_crit_trusted") is False:  # an untrustworthy fit is not a measurement
+        return None, ""
+    if sweep.get("sweep_axis", "num_envs") != "num_envs":
         return None, ""
     b = sweep.get("b_crit")
     if not isinstance(b, (int, float)) or isinstance(b, bool) or not np.isfinite(b) or b <= 0:

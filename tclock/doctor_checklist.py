@@ -95,7 +95,9 @@ def _read_b_crit(summary_path: Path, notes: list[str]):
     except RunFormatError as e:
         notes.append(f"{SUMMARY_FILE} unreadable: {e}")
         return False, None
-    return True, summary.get("b_crit") if isinstance(summary, dict) else None
+    if not isinstance(summary, dict) or summary.get("sweep_axis", "num_envs") != "num_envs":
+        return True, None  # no summary, or a sweep of SAC's gradient batch (B_crit in transitions, not envs)
+    return True, summary.get("b_crit")
 
 
 def _critical_item(run_dir: Path, num_envs, notes: list[str]) -> Check:

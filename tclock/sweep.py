@@ -1,4 +1,5 @@
-"""Batch-size sweeps: one run directory per ``num_envs``, S seeds vmapped in each.
+"""Batch-size sweeps: one run directory per ``num_envs`` (or, with ``axis="sac_batch_size"``, per
+SAC gradient batch at a fixed ``num_envs``), S seeds vmapped in each.
 
 ``run_sweep(base, spec, out)`` trains ``base`` at every batch size of ``spec`` and then
 summarises the sweep (``tclock.sweep_report``: steps-to-target, the critical batch size fit,
@@ -44,6 +45,7 @@ import yaml
 
 from tclock import runlog
 from tclock.config import SWEEP_MAY_CHANGE, ConfigError, TrainConfig, config_differences, validate
+from tclock.sweep_axes import AXES
 from tclock.sweep_lr import lr_key
 
 DEFAULT_BATCH_SIZES = (32, 64, 128, 256, 512, 1024)
@@ -57,6 +59,7 @@ class SweepSpec:
     minibatch_size: int = 0  # transitions, for minibatch="size"
     devices: int = 0  # 0: every available device
     lrs: tuple = ()  # learning rates of a B x lr grid; empty: the base config's lr only
+    axis: str = "num_envs"  # the config field the batch sizes set: num_envs | sac_batch_size
 
     def validate(self) -> "SweepSpec":
         sizes = list(self.batch_sizes)
@@ -77,6 +80,11 @@ class SweepSpec:
         if len(set(lrs)) != len(lrs):
             raise ConfigError(f"lrs: {lrs} has duplicates; list each learning rate once")
         self.lrs = tuple(sorted(lrs))
+        if self.axis not in AXES:
+            raise ConfigError(f"axis: {self.axis!r} is not one of {', '.join(AXES)} (--sweep-axis)")
+        if self.axis != "num_envs" and (self.budget != "steps" or self.minibatch != "count"):
+            raise ConfigError(f"axis: --sweep-axis {self.axis} holds num_envs and the env-step budget fixed; "
+                              "drop --budget iterations and --minibatch size (they set the rollout batch)")
         if self.devices < 0:
             raise ConfigError(f"devices: must be >= 0 (0 = all), got {self.devices}")
         self.batch_sizes = tuple(sorted(int(b) for b in sizes))
@@ -95,9 +103,12 @@ def _grid(spec: SweepSpec) -> list[tuple[int, float | None]]:
 def sweep_configs(base: TrainConfig, spec: SweepSpec, out: str | Path) -> list[TrainConfig]:
     """One validated config per batch size; every size is checked before anything compiles."""
     spec.validate()
+    if spec.axis == "sac_batch_size" and base.algo != "sac":
+        raise ConfigError(f"axis: --sweep-axis sac_batch_size sweeps SAC's gradient batch; add --algo sac "
+                          f"(got algo {base.algo!r}) or sweep num_envs")
     configs = []
     for b, lr in _grid(spec):
-        changes = {"num_envs": b, "out": str(Path(out) / run_name(b, lr)), "progress": False}
+        changes = {spec.axis: b, "out": str(Path(out) / run_name(b, lr)), "progress": False}
         if lr is not None:
             changes["lr"] = lr
         if spec.budget == "iterations":
@@ -114,7 +125,8 @@ def sweep_configs(base: TrainConfig, spec: SweepSpec, out: str | Path) -> list[T
         try:
             validate(cfg)
         except ConfigError as e:
-            raise ConfigError(f"batch size {b}" + ("" if lr is None else f", lr {lr:g}") + f": {e}") from None
+            where = f"batch size {b}" if spec.axis == "num_envs" else f"{spec.axis} {b}"
+            raise ConfigError(where + ("" if lr is None else f", lr {lr:g}") + f": {e}") from None
         configs.append(cfg)
     return configs
 
@@ -127,8 +139,9 @@ def _devices(spec: SweepSpec) -> list:
 class _SweepProgress:
     """One bar across the whole sweep, in env steps (all seeds)."""
 
-    def __init__(self, configs: list[TrainConfig], enabled: bool):
+    def __init__(self, configs: list[TrainConfig], enabled: bool, axis: str = "num_envs"):
         self.lock = threading.Lock()
+        self.axis = axis
         self.grid = len({c.lr for c in configs}) > 1
         self.bar = None
         if enabled:
@@ -141,11 +154,12 @@ class _SweepProgress:
     def callback(self, cfg: TrainConfig) -> Callable[[dict], None]:
         step = cfg.transitions_per_rollout * cfg.seeds
         grid = self.grid
+        label = f"B={getattr(cfg, self.axis)}" if self.axis == "num_envs" else f"{self.axis}={getattr(cfg, self.axis)}"
 
         def on_iteration(record: dict) -> None:
             if self.bar is not None:
                 with self.lock:
-                    self.bar.set_description_str(f"sweep B={cfg.num_envs}" + (f" lr={cfg.lr:g}" if grid else ""))
+                    self.bar.set_description_str(f"sweep {label}" + (f" lr={cfg.lr:g}" if grid else ""))
                     self.bar.update(step)
 
         return on_iteration
@@ -217,10 +231,11 @@ def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: boo
     record["spec"]["lrs"] = list(spec.lrs)
     runlog.write_text(out / "sweep.yaml", yaml.safe_dump(runlog.to_jsonable(record), sort_keys=False))
     grid = f" x {len(spec.lrs)} learning rates {[lr_key(x) for x in spec.lrs]}" if spec.lrs else ""
-    announce(f"sweep: {len(spec.batch_sizes)} batch sizes {list(spec.batch_sizes)}{grid} x {base.seeds} seeds on "
+    announce(f"sweep: {len(spec.batch_sizes)} batch sizes ({spec.axis}) {list(spec.batch_sizes)}{grid} x "
+             f"{base.seeds} seeds on "
              f"{len(devices)} device(s) -> {out}")
 
-    bar = _SweepProgress(configs, progress)
+    bar = _SweepProgress(configs, progress, spec.axis)
     stop = threading.Event()
     outcomes: dict = {}  # B, or (B, lr) in a grid -> what happened
     try:
@@ -245,7 +260,8 @@ def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: boo
 
 
 def _label(cfg: TrainConfig, spec: SweepSpec):
-    return (cfg.num_envs, cfg.lr) if spec.lrs else cfg.num_envs
+    b = getattr(cfg, spec.axis)
+    return (b, cfg.lr) if spec.lrs else b
 
 
 def _run_on_devices(configs, devices, bar, stop, outcomes, spec: SweepSpec, retry_failed: bool = False) -> None:

@@ -3,7 +3,7 @@ optimum, and the diagnostics beside them, as one JSON-friendly dict (:func:`summ
 run directories only (through :mod:`tclock.runlog`); never imports JAX, the loop, an agent or
 matplotlib, and formats no text (that is :mod:`tclock.sweep_render`).
 
-(About 430 lines, ~90 of them the definitions below, kept beside the code that implements
+(About 520 lines, ~100 of them the definitions below, kept beside the code that implements
 them: the summary is one pipeline from run directories to the dict, read top to bottom.)
 
 A sweep directory holds one run directory per batch size, named ``B*`` (``B0032``, ``B0064``,
@@ -19,6 +19,11 @@ Units (docs/design.md §2), used in every key below:
 * wall     = ``wall_s`` at that iteration, **seconds** of loop time (compilation excluded).
 * ``b_simple`` is logged in **transitions**; ``/T`` gives **envs** (:func:`tclock.critical.b_simple_to_envs`),
   the unit of ``B_crit``.
+
+Along SAC's gradient batch (``sweep.yaml``'s ``spec.axis: sac_batch_size``; :data:`AXES`) ``B`` is
+``sac_batch_size`` in **transitions**, ``S`` the **gradient steps** to target (the running sum of
+the logged ``grad_steps``), ``E = S*B`` the **replay samples** drawn, and ``B_crit`` comes out in
+transitions; num_envs, T and so the smoothing window stay fixed across the runs.
 
 Steps to target (per run, per seed)
 -----------------------------------
@@ -65,24 +70,10 @@ import numpy as np
 
 from tclock import critical, online_critical, runlog, sweep_lr, thresholds
 from tclock.runlog import RunFormatError, nanmean_rows, seed_matrix
+from tclock.sweep_axes import sweep_axis, units
 
-__all__ = ["UNITS", "SMOOTHING", "as_float", "smoothing_window", "discover_runs", "summarize_run",
-           "analyse_runs", "fit_trust", "first_window_hits", "summarize"]
+__all__ = ["SMOOTHING", "as_float", "smoothing_window", "discover_runs", "summarize_run", "analyse_runs", "fit_trust", "first_window_hits", "summarize"]
 
-UNITS = {
-    "B": "envs (num_envs)",
-    "T": "env steps per env per rollout (unroll_length)",
-    "S": "iterations (updates) to target",
-    "E": "env steps per seed to target (S*B*T)",
-    "wall": "seconds of loop time to target (wall_s; compilation excluded)",
-    "b_crit": "envs",
-    "b_crit_transitions": "transitions per rollout (b_crit*T)",
-    "b_simple_envs": "envs (b_simple / T)",
-    "b_simple_transitions": "transitions",
-    "iteration_s": "seconds per iteration (rt_s + learn_s)",
-    "time_fit": "t(B) = a + k*B; a in seconds, k in seconds per env",
-    "b_star": "envs",
-}
 SMOOTHING = ("trailing mean over k = max(1, ceil(smooth_steps/(B*T))) iterations (full window); "
              "detection is late by up to k-1 iterations, never early, for curves that stay above "
              "the target once they reach it")
@@ -171,19 +162,25 @@ def _final(m: np.ndarray) -> tuple[float, list]:
 
 
 # --------------------------------------------------------------------------- one run
-def _seed_hits(iters: np.ndarray, mvals: np.ndarray, wall: np.ndarray, B: int, T: int, target: float,
-               smooth_steps: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per seed, the iteration and the wall seconds at which the target is reached (NaN if never)."""
+def _seed_hits(mvals: np.ndarray, B: int, T: int, target: float, smooth_steps: float) -> np.ndarray:
+    """Per seed, the row index at which the target is reached (-1 if never)."""
     n_rows, n_seeds = mvals.shape
     rows_env_steps = np.arange(1, n_rows + 1, dtype=float) * B * T  # a logged row = one iteration
-    s_seed = np.full(n_seeds, np.nan)
-    w_seed = np.full(n_seeds, np.nan)
+    hits = np.full(n_seeds, -1)
     for j in range(n_seeds):
         hit = critical.steps_to_target(rows_env_steps, mvals[:, j], target, smooth_steps)
         if hit.index is not None:
-            s_seed[j] = iters[hit.index]
-            w_seed[j] = wall[hit.index, j]
-    return s_seed, w_seed
+            hits[j] = hit.index
+    return hits
+
+
+def _at_hits(values: np.ndarray, hits: np.ndarray) -> np.ndarray:
+    """``values[hit, seed]`` per seed (``values``: ``[n_rows, n_seeds]``), NaN where never hit."""
+    out = np.full(hits.size, np.nan)
+    for j, h in enumerate(hits):
+        if h >= 0:
+            out[j] = values[h, j]
+    return out
 
 
 def _clocks_and_diagnostics(records: list[dict], T: int) -> dict:
@@ -204,13 +201,20 @@ def _clocks_and_diagnostics(records: list[dict], T: int) -> dict:
             "rt_s_mean": _finite_mean(rt_row), "learn_s_mean": _finite_mean(learn_row)}
 
 
-SWEEP_AXIS = "num_envs"  # the swept quantity B: envs per seed (the rollout batch)
+def _steps_at(axis: str, records: list[dict], iters: np.ndarray, n_seeds: int) -> np.ndarray:
+    """``[n_rows, n_seeds]`` optimisation steps done by each logged row: the iteration, or for the
+    gradient-batch axis the running sum of SAC's logged ``grad_steps``."""
+    if axis == "num_envs":
+        return np.repeat(iters[:, None], n_seeds, axis=1)
+    g = _seed_columns(seed_matrix(records, "grad_steps", keep_missing=True)[1], len(records), n_seeds)
+    return np.cumsum(np.nan_to_num(g), axis=0)
 
 
 def summarize_run(name: str, records: list[dict], config: dict, state: str, target: float,
-                  metric: str, smooth_steps: float) -> tuple[dict, list[str]]:
+                  metric: str, smooth_steps: float, axis: str = "num_envs") -> tuple[dict, list[str]]:
     """One run directory's row of :func:`summarize` (``runs[i]``) and its notes."""
     B = int(config["num_envs"])
+    batch = int(config[axis])
     T = int(config["unroll_length"])
     k = smoothing_window(B, T, smooth_steps)
     its, logged = seed_matrix(records, metric, keep_missing=True)
@@ -221,16 +225,21 @@ def summarize_run(name: str, records: list[dict], config: dict, state: str, targ
     mvals = _seed_columns(logged, len(records), n_seeds)
     iters = np.where(its >= 0, its, np.arange(1, len(records) + 1)).astype(float)
     wall = _seed_columns(seed_matrix(records, "wall_s", keep_missing=True)[1], len(records), n_seeds)
-    s_seed, w_seed = _seed_hits(iters, mvals, wall, B, T, target, smooth_steps)
+    hits = _seed_hits(mvals, B, T, target, smooth_steps)
+    i_seed = _at_hits(np.repeat(iters[:, None], n_seeds, axis=1), hits)
+    s_seed = _at_hits(_steps_at(axis, records, iters, n_seeds), hits)
+    w_seed = _at_hits(wall, hits)
+    per_step = B * T if axis == "num_envs" else batch  # transitions one optimisation step consumes
     final_metric, final_metric_seeds = _final(mvals)
     _, ret = seed_matrix(records, "episode_return", keep_missing=True)
     final_ret, final_ret_seeds = _final(ret)
     n_reached = int(np.isfinite(s_seed).sum())
-    until = float(np.nanmedian(s_seed)) if np.isfinite(s_seed).any() else None
+    until = float(np.nanmedian(i_seed)) if np.isfinite(i_seed).any() else None
     online = {f"{src}_{span}": online_critical.run_estimate(records, src, until if span == "to_target" else None)
               for src in online_critical.SOURCES for span in ("run", "to_target")}
     return {
-        "run": name, "num_envs": B, "unroll_length": T, "state": state, "complete": state == "finished",
+        "run": name, "batch": batch, "sweep_axis": axis, "transitions_per_b": T if axis == "num_envs" else 1,
+        "num_envs": B, "unroll_length": T, "state": state, "complete": state == "finished",
         "lr": as_float(config.get("lr")), "lr_scaling": str(config.get("lr_scaling", "none")),
         "algo": str(config.get("algo", "ppo")), "replay_ratio": as_float(config.get("sac_replay_ratio"))
         if config.get("algo") == "sac" else None,
@@ -238,8 +247,8 @@ def summarize_run(name: str, records: list[dict], config: dict, state: str, targ
         "iterations": int(np.nanmax(iters)) if len(records) else 0,
         "env_steps": float(np.nanmax(iters)) * B * T if len(records) else 0.0,
         "target": float(target), "smooth_k": int(k),
-        "steps_to_target": _stats(s_seed),
-        "env_steps_to_target": _stats(s_seed * B * T),
+        "steps_to_target": _stats(s_seed), "iterations_to_target": _stats(i_seed),
+        "env_steps_to_target": _stats(i_seed * B * T), "samples_to_target": _stats(s_seed * per_step),
         "wall_to_target": _stats(w_seed),
         "n_reached": n_reached, "reached_fraction": n_reached / n_seeds if n_seeds else math.nan,
         "final_metric": final_metric, "final_metric_per_seed": final_metric_seeds,
@@ -261,20 +270,22 @@ def discover_runs(sweep_dir: Path) -> list[Path]:
     return runs
 
 
-def _entry(name: str, B, state: str, reason: str) -> dict:
-    return {"run": name, "num_envs": B, "state": state, "reason": reason, "used": False}
+def _entry(name: str, batch, state: str, reason: str) -> dict:
+    return {"run": name, "batch": batch, "state": state, "reason": reason, "used": False}
 
 
 def _read_run(run_dir: Path, target: float | None, metric: str, smooth_steps: float, include_incomplete: bool,
-              incomplete: list[dict], notes: list[str]) -> dict | None:
+              incomplete: list[dict], notes: list[str], axis: str = "num_envs") -> dict | None:
     """One run's row, or None when it is not used; appends to ``incomplete`` and ``notes``."""
     name = run_dir.name
     try:
         config = runlog.read_config(run_dir)
-        B, T = config.get("num_envs"), config.get("unroll_length")
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (B, T)):
-            raise RunFormatError(f"{run_dir / runlog.CONFIG_FILE}: num_envs and unroll_length must be "
-                                 f"positive integers, got {B!r} and {T!r}")
+        fields = dict.fromkeys(("num_envs", "unroll_length", axis))
+        if not all(isinstance(config.get(f), int) and not isinstance(config.get(f), bool) and config[f] > 0
+                   for f in fields):
+            raise RunFormatError(f"{run_dir / runlog.CONFIG_FILE}: {' and '.join(fields)} must be positive "
+                                 f"integers, got {', '.join(repr(config.get(f)) for f in fields)}")
+        B = config[axis]
         status = runlog.read_status(run_dir)
         state = str(status.get("state", "missing")) if isinstance(status, dict) else "missing"
     except RunFormatError as e:
@@ -300,7 +311,7 @@ def _read_run(run_dir: Path, target: float | None, metric: str, smooth_steps: fl
     if not isinstance(run_target, (int, float)) or isinstance(run_target, bool) or not math.isfinite(run_target):
         raise ValueError(f"{run_dir / runlog.CONFIG_FILE} has no numeric target_success "
                          f"({run_target!r}); pass target=")
-    row, run_notes = summarize_run(name, records, config, state, float(run_target), metric, smooth_steps)
+    row, run_notes = summarize_run(name, records, config, state, float(run_target), metric, smooth_steps, axis)
     notes.extend(run_notes)
     if not finished:
         incomplete[-1]["used"] = True
@@ -313,9 +324,9 @@ def _fit_b_crit(rows: list[dict], notes: list[str], n_boot: int, ci: float, rng,
     """The S(B) fit with its bootstrap CI (a dict, or None) and the fit note; ``tuned``: the
     interval of a B x lr grid (:func:`tclock.critical.bootstrap_tuned_b_crit`) used instead of
     resampling these rows alone."""
-    Bs = np.array([r["num_envs"] for r in rows], dtype=float)
+    Bs = np.array([r["batch"] for r in rows], dtype=float)
     med_s = np.array([r["steps_to_target"]["median"] for r in rows], dtype=float)
-    t_values = sorted({r["unroll_length"] for r in rows})
+    t_values = sorted({r["transitions_per_b"] for r in rows})
     reached_b = [int(b) for b, s in zip(Bs, med_s) if np.isfinite(s)]
     if len(t_values) > 1:
         return None, (f"runs differ in unroll_length ({t_values}); iterations to target are not comparable "
@@ -346,7 +357,7 @@ def _fit_b_crit(rows: list[dict], notes: list[str], n_boot: int, ci: float, rng,
 
 def _time_fit(rows: list[dict], b_crit: float, notes: list[str]) -> tuple[dict | None, float]:
     """``t(B) = a + k*B`` over the timed batch sizes (a dict, or None) and ``B*`` (envs)."""
-    Bs = np.array([r["num_envs"] for r in rows], dtype=float)
+    Bs = np.array([r["batch"] for r in rows], dtype=float)
     it_s = np.array([r["iteration_s_mean"] for r in rows], dtype=float)
     ok = np.isfinite(it_s)
     if np.unique(Bs[ok]).size < 2:
@@ -386,16 +397,20 @@ def first_window_hits(rows: list[dict]) -> list[int]:
     """B whose median seed reached the target at the first iteration the trailing window allows
     (``S = k``): the metric was already above the target when it could first be read, so S is
     censored there (an upper bound), not a measurement."""
-    return [r["num_envs"] for r in rows
-            if math.isfinite(as_float(r["steps_to_target"]["median"])) and r["steps_to_target"]["median"] <= r["smooth_k"]]
+    hits = []
+    for r in rows:
+        it = as_float((r.get("iterations_to_target") or r["steps_to_target"])["median"])
+        if math.isfinite(it) and it <= r["smooth_k"]:
+            hits.append(r["batch"])
+    return hits
 
 
 def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: float = 0.9, rng: Any = 0,
                  tuned: critical.BootstrapResult | None = None) -> dict:
     """The across-B part of :func:`summarize` (from ``runs`` to ``notes``) for rows sorted by B
     (one lr, or with ``tuned`` the best lr's row at each B of a grid)."""
-    Bs = np.array([r["num_envs"] for r in rows], dtype=float)
-    not_reached = [r["num_envs"] for r in rows if not np.isfinite(r["steps_to_target"]["median"])]
+    Bs = np.array([r["batch"] for r in rows], dtype=float)
+    not_reached = [r["batch"] for r in rows if not np.isfinite(r["steps_to_target"]["median"])]
     fit, fit_note = _fit_b_crit(rows, notes, n_boot, ci, rng, tuned)
     b_crit = fit["b_crit"] if fit else math.nan
     gdc = [r["gdc_mean"] for r in rows]
@@ -414,8 +429,8 @@ def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: flo
     trusted, distrust = fit_trust(fit, rows)
     limited = sweep_lr.step_size_limited(rows) if tuned is None else None
     if limited is not None:
-        distrust.append(f"E rises as B falls (B={limited['num_envs']}: {limited['rise']:.1f}x the env steps of "
-                        f"B={limited['best_num_envs']}): the small-B points look step-size-limited")
+        distrust.append(f"E rises as B falls (B={limited['batch']}: {limited['rise']:.1f}x the E of "
+                        f"B={limited['best_batch']}): the small-B points look step-size-limited")
         trusted = False
     return {
         "runs": rows, "not_reached": not_reached, "fit": fit, "fit_note": fit_note, "b_crit": b_crit,
@@ -438,8 +453,8 @@ def _analyse_grid(rows: list[dict], notes: list[str], n_boot: int, ci: float, rn
     (``lr_grid``, :func:`tclock.sweep_lr.analyse_grid`)."""
     by_lr = sweep_lr.split_by_lr(rows)
     fixed = {lr: analyse_runs(rs, [], n_boot=n_boot, ci=ci, rng=rng) for lr, rs in by_lr.items()}
-    batch_sizes = sorted({r["num_envs"] for r in rows})
-    t_values = sorted({r["unroll_length"] for r in rows})
+    batch_sizes = sorted({r["batch"] for r in rows})
+    t_values = sorted({r["transitions_per_b"] for r in rows})
     boot = critical.bootstrap_tuned_b_crit(batch_sizes, sweep_lr.grid_steps(by_lr, batch_sizes), t_values[0],
                                            n_boot=n_boot, ci=ci, rng=rng) if len(t_values) == 1 else None
     frequency = boot.best_lr_frequency if boot else np.zeros((len(batch_sizes), len(by_lr)))
@@ -447,7 +462,7 @@ def _analyse_grid(rows: list[dict], notes: list[str], n_boot: int, ci: float, rn
     across = analyse_runs(tuned_rows, notes, n_boot=n_boot, ci=ci, rng=rng,
                           tuned=boot.b_crit if boot else None)
     if section["edge"]:
-        sides = ", ".join(f"B={e['num_envs']} ({e['side']})" for e in section["edge"])
+        sides = ", ".join(f"B={e['batch']} ({e['side']})" for e in section["edge"])
         across["b_crit_distrust"].append(f"the best lr is at the edge of the grid at {sides}; widen --lrs there")
         across["b_crit_trusted"] = False
     across["lr_grid"] = section
@@ -465,19 +480,22 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
     * ``sweep_dir``, ``metric``, ``target`` (common target, or None if runs differ),
       ``smooth_steps``, ``smoothing``, ``unroll_length`` (None if runs differ), ``units``,
       ``include_incomplete``; ``algo`` (the learner, or the list if runs differ),
-      ``sweep_axis`` (``num_envs``), ``replay_ratio`` (SAC's fixed gradient steps per env step,
+      ``sweep_axis`` (``num_envs`` or ``sac_batch_size``, from ``sweep.yaml``), ``replay_ratio`` (SAC's fixed gradient steps per env step,
       else None).
-    * ``runs``: one dict per batch size used, ascending ``num_envs``: ``run``, ``num_envs``,
-      ``unroll_length``, ``state``, ``complete``, ``lr``, ``lr_scaling``, ``algo``,
-      ``replay_ratio``, ``seeds``, ``iterations``, ``env_steps``, ``target``, ``smooth_k``; ``steps_to_target`` / ``env_steps_to_target`` /
-      ``wall_to_target`` each ``{median, q25, q75, min, max, per_seed}``; ``n_reached``,
+    * ``runs``: one dict per batch size used, ascending ``batch`` (the swept value: ``num_envs``, or
+      ``sac_batch_size`` along that axis): ``run``, ``batch``, ``sweep_axis``, ``transitions_per_b``
+      (T, or 1 for the gradient batch), ``num_envs``, ``unroll_length``, ``state``, ``complete``,
+      ``lr``, ``lr_scaling``, ``algo``, ``replay_ratio``, ``seeds``, ``iterations``, ``env_steps``,
+      ``target``, ``smooth_k``; ``steps_to_target`` (S in the axis's steps: iterations or gradient
+      steps) / ``iterations_to_target`` / ``env_steps_to_target`` / ``samples_to_target`` (E in the
+      axis's samples) / ``wall_to_target`` each ``{median, q25, q75, min, max, per_seed}``; ``n_reached``,
       ``reached_fraction``, ``final_metric`` (+ ``_per_seed``), ``final_episode_return``
       (+ ``_per_seed``), ``gdc_mean``, ``gdc_n``, ``b_simple_transitions``, ``b_simple_envs``,
       ``b_crit_online_envs`` (the run's whole-run windowed ratio of the per-env noise estimates,
       :mod:`tclock.online_critical`, median over seeds),
       ``rt_ut_ratio_mean``, ``iteration_s_mean``, ``rt_s_mean``, ``learn_s_mean``.
     * ``batch_sizes``; ``not_reached``: B whose median did not reach the target.
-    * ``incomplete``: ``[{run, num_envs, state, reason, used}]`` runs not finished or unreadable.
+    * ``incomplete``: ``[{run, batch, state, reason, used}]`` runs not finished or unreadable.
     * ``fit``: None, or the :class:`~tclock.critical.CriticalFit` fields plus ``ci_low``,
       ``ci_high``, ``ci_level``, ``bootstrap_success_fraction``, ``n_boot``,
       ``batch_sizes_used``, ``median_steps_used``; ``fit_note``: why it is None or degenerate.
@@ -501,19 +519,20 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
     """
     sweep_dir = Path(sweep_dir)
     smoothing_window(1, 1, smooth_steps)  # validates smooth_steps before any file is read
+    axis = sweep_axis(sweep_dir)
     rows: list[dict] = []
     incomplete: list[dict] = []
     notes: list[str] = []
     for run_dir in discover_runs(sweep_dir):
-        row = _read_run(run_dir, target, metric, smooth_steps, include_incomplete, incomplete, notes)
+        row = _read_run(run_dir, target, metric, smooth_steps, include_incomplete, incomplete, notes, axis)
         if row is not None:
             rows.append(row)
-    rows.sort(key=lambda r: (r["num_envs"], r["lr"]))
+    rows.sort(key=lambda r: (r["batch"], r["lr"]))
     seen: dict[tuple, str] = {}
     for r in rows:
-        key = (r["num_envs"], r["lr"])
+        key = (r["batch"], r["lr"])
         if key in seen:
-            raise RunFormatError(f"{seen[key]} and {r['run']} in {sweep_dir} both have num_envs={r['num_envs']} "
+            raise RunFormatError(f"{seen[key]} and {r['run']} in {sweep_dir} both have {r['sweep_axis']}={r['batch']} "
                                  f"and lr={r['lr']}; keep one run per batch size (and learning rate)")
         seen[key] = r["run"]
     if len({r["lr"] for r in rows}) > 1:
@@ -526,11 +545,11 @@ def summarize(sweep_dir: str | os.PathLike, target: float | None = None, metric:
     algos = sorted({r.get("algo", "ppo") for r in rows})
     ratios = {r.get("replay_ratio") for r in rows}
     return {
-        "algo": algos[0] if len(algos) == 1 else algos, "sweep_axis": SWEEP_AXIS,
+        "algo": algos[0] if len(algos) == 1 else algos, "sweep_axis": axis,
         "replay_ratio": ratios.pop() if len(ratios) == 1 else None,
         "sweep_dir": str(sweep_dir), "metric": metric, "target": targets.pop() if len(targets) == 1 else None,
         "smooth_steps": smooth_steps, "smoothing": SMOOTHING,
-        "unroll_length": t_values.pop() if len(t_values) == 1 else None, "units": dict(UNITS),
-        "include_incomplete": include_incomplete, "batch_sizes": [r["num_envs"] for r in rows],
+        "unroll_length": t_values.pop() if len(t_values) == 1 else None, "units": units(axis),
+        "include_incomplete": include_incomplete, "batch_sizes": [r["batch"] for r in rows],
         "incomplete": incomplete, **across,
     }

@@ -26,6 +26,7 @@ from tclock import runlog, thresholds
 from tclock.figures import figure, finish_axes, note, save
 from tclock.runlog import RunFormatError, nanmean_rows, seed_matrix
 from tclock.sweep_analysis import as_float
+from tclock.sweep_axes import axis_of
 from tclock.textfmt import fmt
 
 __all__ = ["FIGURES", "write_figures"]
@@ -47,7 +48,7 @@ def _colors(rows: list[dict]) -> list:
     cmap = colormaps["viridis"]
     if len(rows) <= 1:
         return [cmap(0.0)] * len(rows)
-    logs = np.log2([r["num_envs"] for r in rows])
+    logs = np.log2([r["batch"] for r in rows])
     span = logs.max() - logs.min() or 1.0
     return [cmap(0.9 * (v - logs.min()) / span) for v in logs]
 
@@ -79,7 +80,7 @@ def _curve_figure(summary, records, path: Path, xkey: str) -> Path | None:
                 x = its.astype(float) * r["num_envs"] * r["unroll_length"]
             ok = np.isfinite(x) & np.isfinite(y)
             if ok.any():
-                ax.plot(x[ok], y[ok], color=color, lw=1.6, label=f"B={r['num_envs']}")
+                ax.plot(x[ok], y[ok], color=color, lw=1.6, label=f"B={r['batch']}")
                 drawn = True
         if not drawn:
             note(ax, f"{key} vs {xkey} not logged")
@@ -104,11 +105,12 @@ def _plot_steps_to_target(summary, records, path) -> Path | None:
     if not any(r["n_reached"] for r in rows):
         return None
     fit = summary["fit"]
-    T = summary["unroll_length"]
+    axis = axis_of(summary)
+    per_b = summary["unroll_length"] if axis.field == "num_envs" else 1  # E = S * B * per_b
     fig, axes = figure(1, 2, (13, 5))
-    B = np.array([r["num_envs"] for r in rows], dtype=float)
-    for ax, key, unit, scale in ((axes[0, 0], "steps_to_target", "iterations", 1.0),
-                                 (axes[0, 1], "env_steps_to_target", "env steps per seed", None)):
+    B = np.array([r["batch"] for r in rows], dtype=float)
+    for ax, key, unit, scale in ((axes[0, 0], "steps_to_target", axis.steps, 1.0),
+                                 (axes[0, 1], "samples_to_target", axis.samples, None)):
         for b, r in zip(B, rows):
             ps = np.array(r[key]["per_seed"], dtype=float)
             ok = np.isfinite(ps)
@@ -123,12 +125,12 @@ def _plot_steps_to_target(summary, records, path) -> Path | None:
         if fit is not None:
             grid = np.geomspace(B.min() / 1.5, B.max() * 1.5, 200)
             s_fit = fit["s_min"] + fit["c"] / grid
-            y = s_fit if scale == 1.0 else s_fit * grid * T
-            ax.plot(grid, y, color="tab:blue", lw=1.8,
-                    label="fit S = S_min + c/B" if scale == 1.0 else "fit E = S_min·B·T + E_min")
+            y = s_fit if scale == 1.0 else s_fit * grid * per_b
+            ax.plot(grid, y, color="tab:blue", lw=1.8, label="fit S = S_min + c/B" if scale == 1.0 else
+                    ("fit E = S_min·B·T + E_min" if per_b != 1 else "fit E = S_min·B + E_min"))
             bc = as_float(fit["b_crit"])
             if np.isfinite(bc):
-                ax.axvline(bc, color="tab:red", ls="--", lw=1.2, label=f"B_crit ≈ {fmt(bc)} envs")
+                ax.axvline(bc, color="tab:red", ls="--", lw=1.2, label=f"B_crit ≈ {fmt(bc)} {axis.unit}")
                 if np.isfinite(as_float(fit["ci_low"])):
                     ax.axvspan(fit["ci_low"], fit["ci_high"], color="tab:red", alpha=0.1,
                                label=f"{fit['ci_level']:.0%} CI")
@@ -139,7 +141,7 @@ def _plot_steps_to_target(summary, records, path) -> Path | None:
         ax.set_xscale("log", base=2)
         if scale is None:
             ax.set_yscale("log")
-        finish_axes(ax, "rollout batch size B (envs)", f"to target ({unit})", which="both")
+        finish_axes(ax, f"{axis.label} B ({axis.unit})", f"to target ({unit})", which="both")
     why = summary["fit_note"] if fit is None else ""
     fig.suptitle(f"steps to {summary['metric']} target — {Path(summary['sweep_dir']).name}"
                  + (f"\n{why}" if why else ""), fontsize=10 if why else None)
@@ -148,9 +150,12 @@ def _plot_steps_to_target(summary, records, path) -> Path | None:
 
 def _plot_gdc_bsimple(summary, records, path) -> Path | None:
     rows = summary["runs"]
-    B = np.array([r["num_envs"] for r in rows], dtype=float)
+    axis = axis_of(summary)
+    B = np.array([r["batch"] for r in rows], dtype=float)
     gdc = np.array([r["gdc_mean"] for r in rows], dtype=float)
-    bse = np.array([r["b_simple_envs"] for r in rows], dtype=float)
+    # b_simple in B's unit: envs (transitions / T) for the rollout batch, transitions for SAC's gradient batch
+    bse = np.array([r["b_simple_envs" if axis.field == "num_envs" else "b_simple_transitions"] for r in rows],
+                   dtype=float)
     if not (np.isfinite(gdc).any() or np.isfinite(bse).any()):
         return None
     fig, axes = figure(2, 1, (10, 7.5))
@@ -165,24 +170,25 @@ def _plot_gdc_bsimple(summary, records, path) -> Path | None:
         if summary["gdc_cliff"] is not None:
             ax.axvline(summary["gdc_cliff"], color="tab:red", lw=0.8, alpha=0.6)
         if np.isfinite(bc):
-            ax.axvline(bc, color="tab:blue", ls=":", lw=1.4, label=f"B_crit ≈ {fmt(bc)} envs")
+            ax.axvline(bc, color="tab:blue", ls=":", lw=1.4, label=f"B_crit ≈ {fmt(bc)} {axis.unit}")
         ax.set_xscale("log", base=2)
-        finish_axes(ax, "rollout batch size B (envs)", "mean pairwise cosine")
+        finish_axes(ax, f"{axis.label} B ({axis.unit})", "mean pairwise cosine")
     else:
         note(ax, "gdc not logged")
     ax = axes[1, 0]
     if np.isfinite(bse).any():
         ok = np.isfinite(bse)
-        ax.plot(B[ok], bse[ok], "s-", color="tab:brown", lw=1.6, label="b_simple (envs = transitions / T)")
+        ax.plot(B[ok], bse[ok], "s-", color="tab:brown", lw=1.6,
+                label="b_simple (envs = transitions / T)" if axis.field == "num_envs" else "b_simple (transitions)")
         if np.isfinite(bc):
-            ax.axhline(bc, color="tab:blue", ls=":", lw=1.4, label=f"B_crit ≈ {fmt(bc)} envs")
+            ax.axhline(bc, color="tab:blue", ls=":", lw=1.4, label=f"B_crit ≈ {fmt(bc)} {axis.unit}")
             ci = summary["b_crit_ci"]
             if ci is not None:
                 ax.axhspan(ci[0], ci[1], color="tab:blue", alpha=0.1, label="B_crit CI")
         ax.set_xscale("log", base=2)
         if (bse[ok] > 0).all():
             ax.set_yscale("log")
-        finish_axes(ax, "rollout batch size B (envs)", "gradient noise scale (envs)", which="both")
+        finish_axes(ax, f"{axis.label} B ({axis.unit})", f"gradient noise scale ({axis.unit})", which="both")
     else:
         note(ax, "b_simple not logged")
     fig.suptitle(f"gradient diagnostics vs batch size — {Path(summary['sweep_dir']).name}")
@@ -191,7 +197,8 @@ def _plot_gdc_bsimple(summary, records, path) -> Path | None:
 
 def _plot_rt_ut(summary, records, path) -> Path | None:
     rows = summary["runs"]
-    B = np.array([r["num_envs"] for r in rows], dtype=float)
+    axis = axis_of(summary)
+    B = np.array([r["batch"] for r in rows], dtype=float)
     ratio = np.array([r["rt_ut_ratio_mean"] for r in rows], dtype=float)
     it_s = np.array([r["iteration_s_mean"] for r in rows], dtype=float)
     rt_s = np.array([r["rt_s_mean"] for r in rows], dtype=float)
@@ -207,7 +214,7 @@ def _plot_rt_ut(summary, records, path) -> Path | None:
             ax.axhline(level, color=color, ls="--", lw=1, label=f"{level} ({what})")
         ax.set_ylim(0.0, max(1.1, float(np.nanmax(ratio[ok])) * 1.1))
         ax.set_xscale("log", base=2)
-        finish_axes(ax, "rollout batch size B (envs)", "RT / UT")
+        finish_axes(ax, f"{axis.label} B ({axis.unit})", "RT / UT")
     else:
         note(ax, "rt_ut_ratio not logged")
     ax = axes[0, 1]
@@ -220,8 +227,8 @@ def _plot_rt_ut(summary, records, path) -> Path | None:
         if tf is not None:
             grid = np.linspace(0, B.max() * 1.05, 100)
             ax.plot(grid, tf["a"] + tf["k"] * grid, color="tab:red", lw=1,
-                    label=f"fit t = {fmt(tf['a'])} s + {tf['k']:.3g} s/env · B")
-        finish_axes(ax, "rollout batch size B (envs)", "seconds per iteration (mean)")
+                    label=f"fit t = {fmt(tf['a'])} s + {tf['k']:.3g} s/{axis.unit[:-1]} · B")
+        finish_axes(ax, f"{axis.label} B ({axis.unit})", "seconds per iteration (mean)")
     else:
         note(ax, "rt_s / learn_s not logged")
     fig.suptitle(f"clocks vs batch size — {Path(summary['sweep_dir']).name}")
@@ -239,7 +246,7 @@ def _plot_lr_heatmap(summary, records, path) -> Path | None:
     lrs, sizes = grid["lrs"], grid["batch_sizes"]
     e = np.full((len(lrs), len(sizes)), np.nan)
     for c in grid["cells"]:
-        e[lrs.index(c["lr"]), sizes.index(c["num_envs"])] = as_float(c["env_steps_median"])
+        e[lrs.index(c["lr"]), sizes.index(c["batch"])] = as_float(c["samples_median"])
     fig, axes = figure(1, 1, (1.6 + 1.1 * len(sizes), 1.6 + 0.8 * len(lrs)))
     ax = axes[0, 0]
     finite = e[np.isfinite(e)]
@@ -251,14 +258,15 @@ def _plot_lr_heatmap(summary, records, path) -> Path | None:
                     color="white" if np.isfinite(e[i, j]) else "tab:red")
     for b in grid["best_lr"]:
         if b["lr"] is not None:
-            ax.scatter(sizes.index(b["num_envs"]), lrs.index(b["lr"]), s=900, facecolors="none",
+            ax.scatter(sizes.index(b["batch"]), lrs.index(b["lr"]), s=900, facecolors="none",
                        edgecolors="tab:red", linewidths=1.5)
     ax.set_xticks(range(len(sizes)), [str(b) for b in sizes])
     ax.set_yticks(range(len(lrs)), [lr_key(x) for x in lrs])
-    ax.set_xlabel("rollout batch size B (envs)")
+    axis = axis_of(summary)
+    ax.set_xlabel(f"{axis.label} B ({axis.unit})")
     ax.set_ylabel("learning rate")
-    fig.colorbar(im, ax=ax, label="median env steps per seed to target")
-    fig.suptitle(f"env steps to target over (B, lr) — {Path(summary['sweep_dir']).name} (circle: best lr per B)",
+    fig.colorbar(im, ax=ax, label=f"median {axis.samples} to target")
+    fig.suptitle(f"E to target over (B, lr) — {Path(summary['sweep_dir']).name} (circle: best lr per B)",
                  fontsize=10)
     return save(fig, path)
 

@@ -38,13 +38,13 @@ def lr_key(lr: float) -> str:
 def split_by_lr(rows: list[dict]) -> dict[float, list[dict]]:
     """Rows grouped by their ``lr`` (ascending), each group sorted by B."""
     out: dict[float, list[dict]] = {}
-    for r in sorted(rows, key=lambda r: (r["lr"], r["num_envs"])):
+    for r in sorted(rows, key=lambda r: (r["lr"], r["batch"])):
         out.setdefault(r["lr"], []).append(r)
     return out
 
 
 def _e(r: dict, q: str) -> float:
-    v = r["env_steps_to_target"][q]
+    v = r["samples_to_target"][q]
     return v if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
 
 
@@ -54,7 +54,8 @@ def step_size_limited(rows: list[dict]) -> dict | None:
     For each B (smallest first) the best (lowest median E) larger B is found; B is flagged when
     its median E is above ``STEP_LIMITED_RISE`` x that E and its 25th percentile lies above the
     other's 75th (a median not reached counts as infinitely late).  Returns
-    ``{"num_envs", "env_steps", "best_num_envs", "best_env_steps", "rise", "limited"}`` for the
+    ``{"batch", "samples", "best_batch", "best_samples", "rise", "limited"}`` (E in the axis's
+    samples, env steps per seed for ``num_envs``) for the
     largest flagged B (``limited``: every flagged B), or None when no B is flagged or nothing
     larger reached the target.
     """
@@ -67,9 +68,9 @@ def step_size_limited(rows: list[dict]) -> dict | None:
         best = min(larger, key=lambda o: _e(o, "median"))
         e, e_best = _e(r, "median"), _e(best, "median")
         if e > thresholds.STEP_LIMITED_RISE * e_best and _e(r, "q25") > _e(best, "q75"):
-            limited.append(r["num_envs"])
-            found = {"num_envs": r["num_envs"], "env_steps": e if math.isfinite(e) else math.nan,
-                     "best_num_envs": best["num_envs"], "best_env_steps": e_best,
+            limited.append(r["batch"])
+            found = {"batch": r["batch"], "samples": e if math.isfinite(e) else math.nan,
+                     "best_batch": best["batch"], "best_samples": e_best,
                      "rise": e / e_best if math.isfinite(e) else math.inf}
     if found is None:
         return None
@@ -100,15 +101,15 @@ def grid_steps(by_lr: dict[float, list[dict]], batch_sizes: list[int]) -> np.nda
     for i, rows in enumerate(by_lr.values()):
         for r in rows:
             ps = np.array(r["steps_to_target"]["per_seed"], dtype=float)
-            sp[i, col[r["num_envs"]], : ps.size] = np.where(np.isfinite(ps), ps, np.inf)
+            sp[i, col[r["batch"]], : ps.size] = np.where(np.isfinite(ps), ps, np.inf)
     return sp
 
 
 def _cell(r: dict) -> dict:
-    st = r["env_steps_to_target"]
-    return {"num_envs": r["num_envs"], "lr": r["lr"], "run": r["run"], "n_reached": r["n_reached"],
-            "seeds": r["seeds"], "env_steps_median": st["median"], "env_steps_q25": st["q25"],
-            "env_steps_q75": st["q75"], "steps_median": r["steps_to_target"]["median"],
+    st = r["samples_to_target"]
+    return {"batch": r["batch"], "lr": r["lr"], "run": r["run"], "n_reached": r["n_reached"],
+            "seeds": r["seeds"], "samples_median": st["median"], "samples_q25": st["q25"],
+            "samples_q75": st["q75"], "steps_median": r["steps_to_target"]["median"],
             "b_crit_online_envs": r.get("b_crit_online_envs"), "b_simple_envs": r.get("b_simple_envs"),
             "online_estimates_envs": r.get("online_estimates_envs")}
 
@@ -133,8 +134,8 @@ def analyse_grid(rows: list[dict], frequency: np.ndarray, fixed: dict[float, dic
     """
     by_lr = split_by_lr(rows)
     lrs = list(by_lr)
-    batch_sizes = sorted({r["num_envs"] for r in rows})
-    cells = {(r["num_envs"], r["lr"]): r for r in rows}
+    batch_sizes = sorted({r["batch"] for r in rows})
+    cells = {(r["batch"], r["lr"]): r for r in rows}
     tuned_rows, best, edge = [], [], []
     for j, b in enumerate(batch_sizes):
         ran = [lr for lr in lrs if (b, lr) in cells]
@@ -144,10 +145,10 @@ def analyse_grid(rows: list[dict], frequency: np.ndarray, fixed: dict[float, dic
         tuned_rows.append(cells[(b, chosen)])
         freq = {lr_key(lr): float(frequency[j, i]) for i, lr in enumerate(lrs)}
         picked = [lr for i, lr in enumerate(lrs) if frequency[j, i] >= 0.05]
-        best.append({"num_envs": b, "lr": chosen if finite else None, "frequency": freq,
+        best.append({"batch": b, "lr": chosen if finite else None, "frequency": freq,
                      "lr_low": min(picked) if picked else None, "lr_high": max(picked) if picked else None})
         if finite and len(lrs) > 1 and chosen in (lrs[0], lrs[-1]):
-            edge.append({"num_envs": b, "lr": chosen, "side": "smallest" if chosen == lrs[0] else "largest"})
+            edge.append({"batch": b, "lr": chosen, "side": "smallest" if chosen == lrs[0] else "largest"})
     fixed_out = {lr_key(lr): {"lr": lr, "b_crit": a["b_crit"], "b_crit_ci": a["b_crit_ci"], "r2": a["r2"],
                               "trusted": a["b_crit_trusted"], "distrust": a["b_crit_distrust"],
                               "step_size_limited": a.get("step_size_limited")}

@@ -286,11 +286,31 @@ def test_sac_sweep_over_num_envs_reports_learner_axis_and_replay_ratio(tmp_path)
     assert [r["num_envs"] for r in summary["runs"]] == [16, 32]
     assert summary["algo"] == "sac" and summary["sweep_axis"] == "num_envs" and summary["replay_ratio"] == 0.0625
     report = (out / "report.md").read_text()
-    assert "Learner: `sac`; swept: `num_envs` (B) at a fixed replay ratio of 0.0625" in report
+    assert "Learner: `sac`; swept: `num_envs` (B, the rollout batch size) at a fixed replay ratio of 0.0625" in report
     for b, steps in ((16, 8.0), (32, 16.0)):  # the gradient steps follow B at the fixed ratio
         assert runlog.read_config(out / f"B{b:04d}")["noise_split"] is False  # the on-policy split stays off
         rows = runlog.read_metrics(out / f"B{b:04d}")
         assert rows[-1]["grad_steps"] == [steps, steps]
+
+
+@pytest.mark.slow
+def test_sac_sweep_over_the_gradient_batch_holds_num_envs_and_counts_gradient_steps(tmp_path):
+    from tclock import cli, runlog
+
+    out = tmp_path / "sweep"
+    code = cli.main(["sweep", "--algo", "sac", "--sweep-axis", "sac_batch_size", "--batch-sizes", "32", "128",
+                     "--num-envs", "16", "--seeds", "2", "--unroll-length", "8", "--sac-min-replay", "256",
+                     "--policy-hidden", "16", "--value-hidden", "16", "--gdc-every", "0",
+                     "--total-steps", str(16 * 8 * 6), "--target-success", "0.05", "--no-progress", "--out", str(out)])
+    assert code == cli.EXIT_OK
+    summary = runlog.read_json(out / "summary.json")
+    assert summary["sweep_axis"] == "sac_batch_size" and summary["batch_sizes"] == [32, 128]
+    for b in (32, 128):
+        cfg = runlog.read_config(out / f"B{b:04d}")
+        assert cfg["sac_batch_size"] == b and cfg["num_envs"] == 16  # the gradient batch moves, the envs stay
+        rows = runlog.read_metrics(out / f"B{b:04d}")
+        assert rows[-1]["grad_steps"] == [8.0, 8.0]  # 0.0625 * 16 * 8 at every B
+    assert "swept: `sac_batch_size` (B, the gradient batch size) at num_envs = 16" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow

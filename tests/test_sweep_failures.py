@@ -28,7 +28,7 @@ def test_a_diverging_batch_size_is_recorded_and_the_sweep_goes_on(tmp_path, caps
     assert runlog.read_status(out / "B0032")["state"] == "finished"
     assert any(m.startswith("diverged") and "B=[16]" in m for m in messages), messages
     (entry,) = summary["incomplete"]
-    assert entry["num_envs"] == 16 and entry["diverged"] and "non-finite" in entry["reason"]
+    assert entry["batch"] == 16 and entry["diverged"] and "non-finite" in entry["reason"]
     assert [r["num_envs"] for r in summary["runs"]] == [32]
     assert "B0016 (B=16): status is 'failed'" in (out / "report.md").read_text()
 

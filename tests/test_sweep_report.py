@@ -44,13 +44,14 @@ def seed_steps(B: int, n_seeds: int = 3, rng=None) -> list[int]:
 
 def write_run(root: Path, B: int, steps: list[float], *, state: str = "finished", n_iter: int | None = None,
               target: float = 0.5, diag: bool = True, clocks: bool = True, curve=None, lr: float = 1e-3,
-              name: str | None = None) -> Path:
-    """One run directory; ``steps[j]`` = iteration at which seed j's ramp crosses 0.5 (NaN = never)."""
+              name: str | None = None, cfg_extra: dict | None = None, extra=None) -> Path:
+    """One run directory; ``steps[j]`` = iteration at which seed j's ramp crosses 0.5 (NaN = never);
+    ``cfg_extra``: config fields over the defaults, ``extra(i)``: fields added to iteration i's record."""
     n_seeds = len(steps)
     finite = [s for s in steps if math.isfinite(s)]
     n_iter = n_iter or int(max(finite, default=40) + 2 * RAMP)
     cfg = {"env": "reach_sparse", "algo": "ppo", "num_envs": B, "unroll_length": T, "seeds": n_seeds,
-           "target_success": target, "gdc_every": 5, "lr": lr}
+           "target_success": target, "gdc_every": 5, "lr": lr, **(cfg_extra or {})}
     name = name or f"B{B:04d}"
     w = RunWriter(root / name, cfg)
     it_s = A + K * B
@@ -64,6 +65,8 @@ def write_run(root: Path, B: int, steps: list[float], *, state: str = "finished"
         if clocks:
             rec.update({"wall_s": i * it_s, "rt_s": 0.6 * it_s, "learn_s": 0.4 * it_s,
                         "ut_s": None if i == 1 else it_s, "rt_ut_ratio": None if i == 1 else 0.6})
+        if extra is not None:
+            rec.update(extra(i))
         if diag and i % 5 == 0:
             rec["gdc"] = [GDC.get(B, 0.5)] * n_seeds
             rec["b_simple"] = [B_SIMPLE_TR.get(B, 1000.0)] * n_seeds
@@ -255,7 +258,7 @@ def test_every_file_written(tmp_path):
     assert js["figures"] == one_lr
     md = (tmp_path / "report.md").read_text()
     assert s["headline"] in md
-    for header in ("B (envs)", "S median (iterations)", "E median (env steps/seed)", "wall median (s)",
+    for header in ("B (envs)", "S median (iterations)", "E median (env steps per seed)", "wall median (s)",
                    "b_simple (envs)"):
         assert header in md
     for name in one_lr:
@@ -341,7 +344,7 @@ def test_a_clean_synthetic_sweep_is_trusted_and_a_poor_fit_is_not(tmp_path):
     s = summarize_sweep(tmp_path, smooth_steps=0, write=False)
     assert s["b_crit_trusted"] is True and s["b_crit_distrust"] == []
     good = {"b_crit": 300.0, "r2": 0.95, "ci_low": 150.0, "ci_high": 450.0}
-    rows = [{"steps_to_target": {"median": m}, "smooth_k": 4, "num_envs": b}
+    rows = [{"steps_to_target": {"median": m}, "smooth_k": 4, "batch": b}
             for m, b in zip((90.0, 50.0, 20.0, float("nan")), (32, 64, 128, 256))]
     assert fit_trust(good, rows) == (True, [])
     ok, why = fit_trust({**good, "r2": 0.34, "ci_high": 3500.0}, rows)
@@ -400,7 +403,7 @@ def test_grid_fits_the_best_lr_per_batch_size(tmp_path):
     s = summarize_sweep(tmp_path, smooth_steps=0, write=True)
     grid = s["lr_grid"]
     assert grid["lrs"] == list(LRS) and len(grid["cells"]) == len(BATCHES) * len(LRS)
-    assert {b["num_envs"]: b["lr"] for b in grid["best_lr"]} == {B: LRS[i] for B, i in BEST_LR_INDEX.items()}
+    assert {b["batch"]: b["lr"] for b in grid["best_lr"]} == {B: LRS[i] for B, i in BEST_LR_INDEX.items()}
     assert all(b["frequency"][f"{b['lr']:.0e}"] > 0.9 for b in grid["best_lr"])  # 2x gaps: never a close call
     assert [r["lr"] for r in s["runs"]] == [LRS[BEST_LR_INDEX[B]] for B in BATCHES]
     assert s["b_crit"] == pytest.approx(B_CRIT, rel=B_CRIT_RTOL)
@@ -408,8 +411,8 @@ def test_grid_fits_the_best_lr_per_batch_size(tmp_path):
     assert lo < B_CRIT < hi and s["b_crit_trusted"], s["b_crit_distrust"]
     # The fixed lr 1e-3 is 2x slow at B <= 64: E rises as B falls, so its own fit is flagged.
     fixed = grid["fixed"]["1e-03"]
-    assert not fixed["trusted"] and fixed["step_size_limited"]["num_envs"] == 64
-    assert fixed["step_size_limited"]["best_num_envs"] == 128
+    assert not fixed["trusted"] and fixed["step_size_limited"]["batch"] == 64
+    assert fixed["step_size_limited"]["best_batch"] == 128
     assert grid["edge"] == []
     report = (tmp_path / "report.md").read_text()
     assert "## Learning rate" in report and "lr 3e-03" in report and "sweep_lr_heatmap.png" in s["figures"]
@@ -419,7 +422,7 @@ def test_grid_fits_the_best_lr_per_batch_size(tmp_path):
 def test_grid_with_the_best_lr_at_an_edge_is_not_trusted(tmp_path):
     make_grid(tmp_path, best={**BEST_LR_INDEX, 512: 3})
     s = summarize_sweep(tmp_path, smooth_steps=0, write=False)
-    assert s["lr_grid"]["edge"] == [{"num_envs": 512, "lr": 3e-3, "side": "largest"}]
+    assert s["lr_grid"]["edge"] == [{"batch": 512, "lr": 3e-3, "side": "largest"}]
     assert not s["b_crit_trusted"] and any("edge of the grid" in w for w in s["b_crit_distrust"])
 
 
@@ -430,7 +433,7 @@ def test_a_fixed_lr_sweep_whose_small_batches_are_slower_is_flagged(tmp_path):
         write_run(tmp_path, B, [s * slow[B] * (C / B + S_MIN) / (C / B + S_MIN) for s in seed_steps(B)])
     s = summarize_sweep(tmp_path, smooth_steps=0, write=True)
     lim = s["step_size_limited"]
-    assert lim["num_envs"] == 32 and lim["limited"] == [32] and lim["rise"] > thresholds.STEP_LIMITED_RISE
+    assert lim["batch"] == 32 and lim["limited"] == [32] and lim["rise"] > thresholds.STEP_LIMITED_RISE
     assert s["lr_grid"] is None and not s["b_crit_trusted"]
     report = (tmp_path / "report.md").read_text()
     assert "E rises as B falls" in report and "tclock sweep --lrs 1e-04 3e-04 1e-03 --batch-sizes 32 64" in report
@@ -446,3 +449,78 @@ def test_two_runs_with_the_same_batch_and_lr_are_refused(tmp_path):
     write_run(tmp_path, 32, seed_steps(32), lr=1e-3, name="B0032_lr1e-03")
     with pytest.raises(RunFormatError, match="lr=0.001"):
         summarize_sweep(tmp_path, write=False)
+
+
+# --------------------------------------------------------------------------- SAC's gradient batch
+SAC_WARM, SAC_G = 3, 2  # warm-up iterations (no gradient steps), then G gradient steps per iteration
+
+
+def make_gradient_batch_sweep(root: Path) -> dict[int, list[int]]:
+    """A ``--sweep-axis sac_batch_size`` sweep: B = sac_batch_size at num_envs 16; seed j crosses at
+    iteration i, after ``(i - SAC_WARM) * SAC_G`` gradient steps (the truth, in gradient steps)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sweep.yaml").write_text("spec:\n  axis: sac_batch_size\n  batch_sizes: [32, 512]\n")
+    truth = {}
+    for B in BATCHES:
+        iters = seed_steps(B)
+        truth[B] = [(i - SAC_WARM) * SAC_G for i in iters]
+        write_run(root, B, iters, cfg_extra={"algo": "sac", "num_envs": 16, "sac_batch_size": B,
+                                             "sac_replay_ratio": 0.0625},
+                  extra=lambda i: {"grad_steps": [0.0 if i <= SAC_WARM else float(SAC_G)] * 3})
+    return truth
+
+
+def test_a_gradient_batch_sweep_counts_gradient_steps_and_fits_in_transitions(tmp_path):
+    truth = make_gradient_batch_sweep(tmp_path)
+    s = summarize_sweep(tmp_path, smooth_steps=0)
+    assert s["sweep_axis"] == "sac_batch_size" and s["batch_sizes"] == list(BATCHES)
+    assert s["units"]["B"] == "transitions (sac_batch_size)" and s["units"]["S"] == "gradient steps to target"
+    for row in s["runs"]:
+        B = row["batch"]
+        assert row["num_envs"] == 16 and row["transitions_per_b"] == 1
+        assert row["steps_to_target"]["per_seed"] == truth[B]  # gradient steps, warm-up excluded
+        assert row["samples_to_target"]["per_seed"] == [S * B for S in truth[B]]  # replay samples drawn
+        iters = [S / SAC_G + SAC_WARM for S in truth[B]]
+        assert row["iterations_to_target"]["per_seed"] == iters
+        assert row["env_steps_to_target"]["per_seed"] == [i * 16 * T for i in iters]
+    # S(B) = G*(S_MIN - WARM) + G*C/B in gradient steps: B_crit = C / (S_MIN - WARM) transitions
+    expected = C / (S_MIN - SAC_WARM)
+    assert s["b_crit"] == pytest.approx(expected, rel=B_CRIT_RTOL)
+    assert s["b_crit_transitions"] == pytest.approx(s["b_crit"])  # B is already in transitions
+    assert f"critical gradient batch size B_crit ≈ {fmt(s['b_crit'])} transitions" in s["headline"]
+    report = (tmp_path / "report.md").read_text()
+    assert "swept: `sac_batch_size` (B, the gradient batch size) at num_envs = 16" in report
+    assert "| B (transitions) |" in report and "S median (gradient steps)" in report
+    assert "E median (replay samples per seed)" in report and "gradient steps" in report
+    assert "sweep_steps_to_target.png" in s["figures"]
+
+
+def test_the_doctor_does_not_read_a_gradient_batch_b_crit_as_envs(tmp_path):
+    from tclock.doctor import diagnose
+
+    make_gradient_batch_sweep(tmp_path)
+    summarize_sweep(tmp_path, smooth_steps=0, write=True)
+    report = diagnose(tmp_path / "B0512")
+    assert report.row("critical_batch").data["b_crit_sweep_envs"] is None  # transitions per step, not envs
+    assert report.row("critical_batch").verdict != "two-clocks"
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"axis": "batch"}, "axis"),
+    ({"axis": "sac_batch_size", "budget": "iterations"}, "axis"),
+    ({"axis": "sac_batch_size", "minibatch": "size", "minibatch_size": 64}, "axis"),
+])
+def test_bad_sweep_axis_is_refused_naming_the_field(changes, field):
+    from tclock.config import ConfigError
+    from tclock.sweep import SweepSpec
+
+    with pytest.raises(ConfigError, match=rf"^{field}: "):
+        SweepSpec(batch_sizes=(32, 64), **changes).validate()
+
+
+def test_a_gradient_batch_sweep_needs_sac(tmp_path):
+    from tclock.config import ConfigError, TrainConfig
+    from tclock.sweep import SweepSpec, sweep_configs
+
+    with pytest.raises(ConfigError, match=r"^axis: .*--algo sac"):
+        sweep_configs(TrainConfig(), SweepSpec(batch_sizes=(32, 64), axis="sac_batch_size"), tmp_path)
