@@ -33,6 +33,7 @@ class TrainConfig:
     total_steps: int = 2_000_000  # env steps per seed
     seeds: int = 1  # seeds trained together in one program (leading vmap axis)
     seed: int = 0  # base seed; seed i of a run uses fold_in(seed, i)
+    mesh: str = ""  # devices of one run: "seeds=S,envs=E" (tclock.mesh); "": all devices on envs when num_envs divides
     # learner
     algo: str = "ppo"  # learner: ppo | impala (V-trace actor-critic) | sac (off-policy, replay) | any registered one (tclock learners)
     lr: float = 1e-3  # Adam learning rate (before lr_scaling)
@@ -142,8 +143,8 @@ _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 # Fields a --resume may change (budgets and bookkeeping); a finished sweep run is reused only
 # when everything but SWEEP_MAY_CHANGE matches.
 RESUME_MAY_CHANGE = frozenset({"total_steps", "total_seconds", "out", "progress", "checkpoint_every",
-                               "keep_checkpoints", "tensorboard", "wandb"})
-SWEEP_MAY_CHANGE = frozenset({"out", "progress", "keep_checkpoints", "tensorboard", "wandb"})
+                               "keep_checkpoints", "tensorboard", "wandb", "mesh"})
+SWEEP_MAY_CHANGE = frozenset({"out", "progress", "keep_checkpoints", "tensorboard", "wandb", "mesh"})
 
 
 def config_differences(saved: dict, cfg: TrainConfig, may_differ=frozenset(), limit: int = 8) -> str:
@@ -351,18 +352,38 @@ def validate(cfg: TrainConfig) -> TrainConfig:
             raise ConfigError(f"arp_max_age_s: must be >= 0 (0 = calibrate), got {cfg.arp_max_age_s}")
     if not cfg.policy_hidden or not cfg.value_hidden or min(cfg.policy_hidden + cfg.value_hidden) <= 0:
         raise ConfigError("policy_hidden / value_hidden: give one or more positive layer widths, e.g. [64, 64]")
+    _validate_mesh(cfg)
     from tclock import tracking  # light: imports the tracking packages only to train
 
     tracking.check_available(cfg)
     return cfg
 
 
+def _validate_mesh(cfg: TrainConfig) -> None:
+    """An explicit ``--mesh`` must divide the seeds and every batch size the run takes; the device
+    count is checked when the run starts (:func:`tclock.mesh.resolve`), still before compiling."""
+    from tclock import mesh
+
+    shape = mesh.parse_mesh(cfg.mesh)
+    if shape is None:
+        return
+    if cfg.arp and shape.size > 1:
+        raise ConfigError("mesh: the asynchronous pipeline places its learner and actors on devices itself; drop "
+                          "--mesh or --arp")
+    mesh.check_divides(shape, cfg.seeds, [cfg.drbs_max, *make_drbs_controller(cfg).ladder] if cfg.drbs
+                       else [cfg.num_envs])
+
+
 def ladder_multiple(cfg: TrainConfig) -> int:
     """Batch sizes must be multiples of this; the learner's registry entry says why (PPO splits
-    B*unroll_length transitions into minibatches; IMPALA splits the B env sequences)."""
-    from tclock import agents
+    B*unroll_length transitions into minibatches; IMPALA splits the B env sequences), and an
+    explicit ``--mesh`` with ``envs=E`` adds E (each device steps the same number of envs)."""
+    import math
 
-    return int(agents.learner_spec(cfg.algo).batch_multiple(cfg))
+    from tclock import agents, mesh
+
+    shape = mesh.parse_mesh(cfg.mesh)
+    return math.lcm(int(agents.learner_spec(cfg.algo).batch_multiple(cfg)), shape.envs if shape else 1)
 
 
 def drbs_ladder(cfg: TrainConfig) -> tuple:

@@ -31,7 +31,8 @@ from tclock.online_critical import ONLINE_KEY
 from tclock.control import RhythmGate, UpdateRhythm
 from tclock.runbook import RunBook, RunResult, TrainingDiverged
 from tclock.runlog import seed_median
-from tclock.runtime import CompiledAgent, build_agent, compiled_for, make_lr_clock
+from tclock.mesh import RunMesh, resolve, single_device, to_host
+from tclock.runtime import CompiledAgent, build_agent, compiled_for, make_lr_clock, pool_size
 
 __all__ = ["train", "TrainingDiverged", "RunResult", "build_agent", "compiled_for"]
 
@@ -52,8 +53,8 @@ class Clocks:
 class ProgramCache:
     """Compiled programs per batch size, and the compile seconds spent on them."""
 
-    def __init__(self, agent, state, with_gdc: bool, announce: Callable[[str], None], device=None):
-        self.agent, self.state, self.with_gdc, self.announce, self.device = agent, state, with_gdc, announce, device
+    def __init__(self, agent, state, with_gdc: bool, announce: Callable[[str], None], mesh: RunMesh | None = None):
+        self.agent, self.state, self.with_gdc, self.announce, self.mesh = agent, state, with_gdc, announce, mesh
         self.programs: dict[int, CompiledAgent] = {}
         self.compile_s = 0.0
 
@@ -62,7 +63,7 @@ class ProgramCache:
         if batch in self.programs:
             return self.programs[batch], 0.0
         self.programs[batch], fresh = compiled_for(self.agent, self.state, batch, self.with_gdc, self.announce,
-                                                   self.device)
+                                                   mesh=self.mesh)
         spent = self.programs[batch].compile_s if fresh else 0.0
         self.compile_s += spent
         return self.programs[batch], spent
@@ -91,35 +92,48 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
     finished = book.open(resume, overwrite)
     if finished is not None:
         return finished
+    mesh = run_mesh(cfg, device)  # before anything compiles: a mesh the devices cannot hold is a ConfigError
     with book.guard():  # from here on, any error ends the run as failed, with its reason
-        return _run(book, cfg, clock, sleep, device, on_iteration)
+        return _run(book, cfg, clock, sleep, mesh, on_iteration)
 
 
 DRBS_KEY = {"rt_ut": "drbs_ratio_mean", "critical": "drbs_target_envs"}  # what each DRBS signal logs
 
 
-def _prepare(book: RunBook, cfg: TrainConfig, device):
+def run_mesh(cfg: TrainConfig, device=None) -> RunMesh:
+    """The mesh a run trains on: ``device`` alone (a sweep's placement), else ``--mesh`` over
+    ``jax.devices()`` (:func:`tclock.mesh.resolve`), checked against every batch size it runs."""
+    if device is not None:
+        return single_device(device)
+    sizes = [pool_size(cfg)] + (list(make_drbs_controller(cfg).ladder) if cfg.drbs else [cfg.num_envs])
+    return resolve(cfg.mesh, cfg.seeds, sizes)
+
+
+def _prepare(book: RunBook, cfg: TrainConfig, mesh: RunMesh):
     """``(controller, iteration, state, programs)``: the DRBS controller (or None), the state to
-    start from (restored or new) and the compiled programs of the first batch size."""
+    start from (restored or new, laid out on ``mesh``) and the compiled programs of the first
+    batch size."""
     agent = build_agent(cfg)
+    agent.env_blocks = mesh.blocks
     controller = make_drbs_controller(cfg) if cfg.drbs else None
     iteration, state = book.initial_state(agent)
     if controller is not None:
         if book.host.drbs:
             controller.load_state_dict(book.host.drbs)
         book.drbs_state = controller.state_dict
-    if device is not None:
-        state = jax.device_put(state, device)
+    state = mesh.place(state, getattr(agent, "env_sharded_fields", ("env",)))
     progress = book.start_progress(by_wall=cfg.purm)
-    cache = ProgramCache(agent, state, cfg.gdc_every > 0, progress.phase, device)
+    if mesh.note:
+        progress.phase(mesh.note)
+    cache = ProgramCache(agent, state, cfg.gdc_every > 0, progress.phase, mesh)
     for b in (controller.ladder if (controller is not None and cfg.drbs_precompile) else ()):
         cache.get(b)
     cache.get(controller.batch_size if controller else cfg.num_envs)
     return controller, iteration, state, cache
 
 
-def _run(book: RunBook, cfg: TrainConfig, clock, sleep, device, on_iteration) -> RunResult:
-    controller, iteration, state, cache = _prepare(book, cfg, device)
+def _run(book: RunBook, cfg: TrainConfig, clock, sleep, mesh: RunMesh, on_iteration) -> RunResult:
+    controller, iteration, state, cache = _prepare(book, cfg, mesh)
     progress = book.progress
     book.first_record_extra = {"compile_s": cache.compile_s}
     book.start()
@@ -167,7 +181,8 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, device, on_iteration) ->
         _report(progress, record, clocks, batch, cfg, gate is not None)
         if on_iteration is not None:
             on_iteration(record)
-    return book.finish(cache.compile_s, device or jax.devices()[0])
+    return book.finish(cache.compile_s, mesh.devices[0] if mesh.shape.size == 1 else f"mesh {mesh.shape.text()}",
+                       mesh=mesh.shape.text())
 
 
 def timed_iteration(rollout, update, state, lr, clock, prev_learn_start: float | None):
@@ -182,7 +197,7 @@ def timed_iteration(rollout, update, state, lr, clock, prev_learn_start: float |
     jax.block_until_ready(state)
     ut = None if prev_learn_start is None else learn_start - prev_learn_start
     clocks = Clocks(rt, clock() - learn_start, ut)
-    roll_m, upd_m = jax.device_get((roll_m, upd_m))
+    roll_m, upd_m = to_host((roll_m, upd_m))
     return state, roll_m, upd_m, clocks, learn_start
 
 

@@ -36,6 +36,7 @@ from tclock.config import (
     TrainConfig,
     config_differences,
 )
+from tclock.mesh import to_host
 from tclock.online_critical import ONLINE_KEY, OnlineCriticalBatch
 from tclock.progress import Progress
 from tclock.thresholds import RATIO_WINDOW
@@ -256,7 +257,7 @@ class RunBook:
         good = self.last_good
         host = HostState(wall_s=self.wall(), env_steps=good.env_steps, ratios=list(self.ratios),
                          drbs=self.drbs_state(), noise=self.online.state_dict(), step=self.step.state_dict())
-        self.writer.save_checkpoint(good.iteration, jax.device_get(self.checkpoint_state(good.state)), asdict(host))
+        self.writer.save_checkpoint(good.iteration, to_host(self.checkpoint_state(good.state)), asdict(host))
         return good.iteration
 
     # ------------------------------------------------------------------ ending

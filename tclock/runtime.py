@@ -17,6 +17,7 @@ from tclock.agents import Learner, learner_spec, make_agent
 from tclock.config import TrainConfig
 from tclock.control import LRClock
 from tclock.envs import make_training_env
+from tclock.mesh import RunMesh
 
 # Fields that do not change the compiled programs (they live on the host or are arguments).
 _HOST_ONLY_FIELDS = {"out", "total_steps", "progress", "checkpoint_every", "seed", "target_success", "lr",
@@ -65,33 +66,65 @@ def update_variants(cfg: TrainConfig) -> tuple:
 _COMPILED: dict = {}  # program_key -> (CompiledAgent, the learner spec it was built from)
 
 
-def program_key(cfg: TrainConfig, pool: int, active: int, with_gdc: bool, device=None) -> str:
+def _placement_key(device=None, mesh: RunMesh | None = None) -> str:
+    if mesh is None:
+        return str(device)
+    return f"{mesh.shape.text()} on {[d.id for d in mesh.devices]}"
+
+
+def program_key(cfg: TrainConfig, pool: int, active: int, with_gdc: bool, device=None,
+                mesh: RunMesh | None = None) -> str:
     """What the compiled programs depend on: the config fields that shape them, the sizes, the
-    device, and the registry entries behind the names (the programs close over the env and the
-    learner, so a task or learner registered again under the same name gets new programs)."""
+    device (or the mesh), and the registry entries behind the names (the programs close over the
+    env and the learner, so a task or learner registered again under the same name gets new
+    programs)."""
     fields = {k: v for k, v in cfg.to_dict().items() if k not in _HOST_ONLY_FIELDS}
     plain = cfg.gdc_every != 1
     entries = (envs.spec(cfg.env).revision, id(learner_spec(cfg.algo)))  # the spec is kept alive in _COMPILED
-    return repr((sorted(fields.items()), pool, active, with_gdc, plain, jax.default_backend(), str(device), entries))
+    return repr((sorted(fields.items()), pool, active, with_gdc, plain, jax.default_backend(),
+                 _placement_key(device, mesh), entries))
 
 
 def compiled_for(agent: Learner, state, active: int, with_gdc: bool, announce: Callable[[str], None] = lambda s: None,
-                 device=None) -> tuple[CompiledAgent, bool]:
-    """Compiled programs for this agent, batch size and device, reused within the process.
+                 device=None, mesh: RunMesh | None = None) -> tuple[CompiledAgent, bool]:
+    """Compiled programs for this agent, batch size and device (or mesh), reused within the process.
 
     Returns ``(programs, fresh)`` where ``fresh`` says whether this call compiled them."""
-    key = program_key(agent.cfg, agent.env.num_envs, active, with_gdc, device)
+    key = program_key(agent.cfg, agent.env.num_envs, active, with_gdc, device, mesh)
     if key in _COMPILED:
         return _COMPILED[key][0], False
     variants = tuple(v for v in update_variants(agent.cfg) if with_gdc or v == "plain")
-    _COMPILED[key] = (compile_agent(agent, state, active, variants, announce), learner_spec(agent.cfg.algo))
+    _COMPILED[key] = (compile_agent(agent, state, active, variants, announce, mesh), learner_spec(agent.cfg.algo))
     return _COMPILED[key][0], True
 
 
+def _jit_programs(agent: Learner, state, active: int, mesh: RunMesh | None):
+    """``(rollout, update(gdc))`` as ``jax.jit`` objects; on a mesh with the state's and the
+    trajectory's shardings fixed on both (:mod:`tclock.mesh`), so one program's outputs are the
+    next one's inputs without a copy."""
+    if mesh is None:
+        return (jax.jit(lambda s: agent.rollout(s, active)),
+                lambda gdc, traj_info: jax.jit(lambda s, t, l: agent.update(s, t, l, gdc)))
+    fields = getattr(agent, "env_sharded_fields", ("env",))
+    state_sh = mesh.state_shardings(state, fields)
+
+    def rollout_fn(s):
+        s, traj, metrics = agent.rollout(s, active)
+        return s, jax.lax.with_sharding_constraint(traj, mesh.trajectory_shardings(traj)), metrics
+
+    def update_jit(gdc, traj_info):
+        return jax.jit(lambda s, t, l: agent.update(s, t, l, gdc),
+                       in_shardings=(state_sh, mesh.trajectory_shardings(traj_info), mesh.replicated()),
+                       out_shardings=(state_sh, None))
+
+    return jax.jit(rollout_fn, in_shardings=(state_sh,), out_shardings=(state_sh, None, None)), update_jit
+
+
 def compile_agent(agent: Learner, state, active: int, variants: tuple = ("plain", "gdc"),
-                  announce: Callable[[str], None] = lambda s: None) -> CompiledAgent:
+                  announce: Callable[[str], None] = lambda s: None, mesh: RunMesh | None = None) -> CompiledAgent:
     """Compiles the rollout of the first ``active`` envs and the learning phases in ``variants``
-    (``plain``, ``gdc``: with gradient diagnostics) for ``state``'s shapes.
+    (``plain``, ``gdc``: with gradient diagnostics) for ``state``'s shapes (on ``mesh``, with its
+    shardings; else for the device ``state`` lives on).
 
     Tracing and lowering run one program after another (they hold the GIL); the XLA compiles
     then run side by side in threads, so start-up waits for the longest compile rather than
@@ -99,17 +132,16 @@ def compile_agent(agent: Learner, state, active: int, variants: tuple = ("plain"
     overlap); ``compile_s`` is the wall time of the whole."""
     t0 = time.perf_counter()
     announce(f"compiling rollout and update (num_envs={active}, unroll_length={agent.cfg.unroll_length}"
-             + (", with gradient diagnostics" if "gdc" in variants else "") + ")")
-    rollout_fn = lambda s: agent.rollout(s, active)  # noqa: E731
-    lowered = {"rollout": jax.jit(rollout_fn).lower(state)}
+             + (", with gradient diagnostics" if "gdc" in variants else "")
+             + (f", mesh {mesh.shape.text()}" if mesh is not None and mesh.shape.size > 1 else "") + ")")
+    rollout_jit, update_jit = _jit_programs(agent, state, active, mesh)
+    lowered = {"rollout": rollout_jit.lower(state)}
     lower_s = {"rollout": time.perf_counter() - t0}
     traj_shape = lowered["rollout"].out_info[1]
     lr = jnp.float32(0.0)
     for variant in variants:
         t1 = time.perf_counter()
-        gdc = variant == "gdc"
-        lowered[f"update_{variant}"] = jax.jit(lambda s, t, l, g=gdc: agent.update(s, t, l, g)).lower(
-            state, traj_shape, lr)
+        lowered[f"update_{variant}"] = update_jit(variant == "gdc", traj_shape).lower(state, traj_shape, lr)
         lower_s[f"update_{variant}"] = time.perf_counter() - t1
 
     def compile_one(name):

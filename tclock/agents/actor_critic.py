@@ -20,7 +20,7 @@ from flax import struct
 from tclock import diagnostics
 from tclock.agents import acting, losses, sgd
 from tclock.agents.acting import Trajectory
-from tclock.agents.base import LossTerms
+from tclock.agents.base import LossTerms, MeshLayout
 from tclock.agents.seeding import SeededInit
 from tclock.envs.wrappers import BatchedEnv, EnvCarry
 from tclock.networks import GaussianPolicy, ValueNet
@@ -144,7 +144,7 @@ def split_update_noise(update_one, state, traj: Trajectory, lr, full_params, hel
 
 
 @dataclass
-class ActorCritic(SeededInit):
+class ActorCritic(SeededInit, MeshLayout):
     """Base of the on-policy learners; see the module docstring and :mod:`tclock.agents.base`."""
 
     cfg: Any
@@ -182,7 +182,8 @@ class ActorCritic(SeededInit):
 
     # ------------------------------------------------------------------ acting
     def rollout(self, state: ActorCriticState, active: int | None = None):
-        return acting.rollout(self.env, self.cfg.unroll_length, self.policy_dist, state, active)
+        return acting.rollout(self.env, self.cfg.unroll_length, self.policy_dist, state, active,
+                              blocks=self.env_blocks)
 
     def behaviour(self, state: ActorCriticState):
         return state.params, state.normalizer

@@ -22,6 +22,8 @@ carries a leading seed axis ``S``):
     asynchronous pipeline publishes it to actor threads.
 ``env``, ``cfg``
     The batched env the learner steps and its config.
+``env_sharded_fields``, ``env_blocks`` (optional, :class:`MeshLayout`)
+    How its state splits over a device mesh.
 
 What the registry entry adds (:class:`LearnerSpec`): the factory, the config defaults in which
 the learner differs from ``TrainConfig``'s (so every learner's defaults learn the default
@@ -59,6 +61,17 @@ class Learner(Protocol):
     def behaviour(self, state: Any) -> Any: ...
 
     def with_behaviour(self, state: Any, behaviour: Any) -> Any: ...
+
+
+class MeshLayout:
+    """Where a learner's arrays split on a device mesh (:mod:`tclock.mesh`); a learner without it
+    gets these defaults.  ``env_sharded_fields``: the state fields whose leaves are ``[S, B, ...]``
+    (their axis 1 splits over the mesh's ``envs`` axis; SAC adds its replay ring, split along its
+    capacity).  ``env_blocks``: the ``(seeds, envs)`` devices of the run's mesh, set by the loop
+    before it compiles; the rollout orders its flat batch of envs by them."""
+
+    env_sharded_fields: tuple = ("env",)
+    env_blocks: tuple = (1, 1)
 
 
 def _one(cfg) -> int:

@@ -45,7 +45,7 @@ from flax import struct
 from tclock import diagnostics, replay
 from tclock.agents import acting, losses, sgd
 from tclock.agents.acting import Trajectory
-from tclock.agents.base import LearnerSpec
+from tclock.agents.base import LearnerSpec, MeshLayout
 from tclock.agents.seeding import SeededInit
 from tclock.envs.wrappers import BatchedEnv, EnvCarry
 from tclock.networks import TanhGaussianActor, TwinQ, sample_tanh_gaussian
@@ -76,8 +76,10 @@ def grad_steps(cfg, num_envs: int) -> int:
 
 
 @dataclass
-class SAC(SeededInit):
+class SAC(SeededInit, MeshLayout):
     """Soft actor-critic learner; see the module docstring."""
+
+    env_sharded_fields = ("env", "replay")  # the ring splits along its capacity with the envs
 
     cfg: Any
     env: BatchedEnv
@@ -120,7 +122,7 @@ class SAC(SeededInit):
     # ------------------------------------------------------------------ acting
     def rollout(self, state: SACState, active: int | None = None):
         return acting.rollout(self.env, self.cfg.unroll_length, self.policy_dist, state, active,
-                              sample=sample_tanh_gaussian)
+                              sample=sample_tanh_gaussian, blocks=self.env_blocks)
 
     def behaviour(self, state: SACState):
         return state.params, state.normalizer
