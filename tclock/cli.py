@@ -102,10 +102,32 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None, defaul
     return load_config(args.config, overrides, base=base)
 
 
+def add_launch_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags that join several processes (hosts) on JAX's distributed runtime (tclock.distributed)."""
+    group = parser.add_argument_group("several processes or hosts (README: More than one device or host)")
+    group.add_argument("--coordinator", default="", metavar="HOST:PORT",
+                       help="address of process 0's coordinator (with --num-processes and --process-id)")
+    group.add_argument("--num-processes", type=int, default=0, help="processes taking part, all hosts together")
+    group.add_argument("--process-id", type=int, default=-1, help="this process's index, 0 .. num-processes - 1")
+    group.add_argument("--distributed", action="store_true",
+                       help="let jax.distributed.initialize() detect the cluster (SLURM, Open MPI, TPU pods)")
+    group.add_argument("--init-timeout", type=int, default=60,
+                       help="seconds to wait for the coordinator and the other processes (default 60)")
+
+
+def join_processes(args) -> None:
+    """Before anything touches a device: join the other processes when the flags say so."""
+    from tclock import distributed
+
+    distributed.initialize(distributed.Launch(args.coordinator, args.num_processes, args.process_id,
+                                              args.distributed, args.init_timeout))
+
+
 # ----------------------------------------------------------------------------- commands
 def cmd_train(args) -> int:
     from tclock.loop import TrainingDiverged, train
 
+    join_processes(args)
     cfg = config_from_args(args)
     try:
         result = train(cfg, resume=args.resume, overwrite=args.overwrite)
@@ -129,6 +151,7 @@ def cmd_sweep(args) -> int:
     from tclock import agents
     from tclock.sweep import SweepSpec, run_sweep
 
+    join_processes(args)
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     given = {k for k, v in vars(args).items() if k in names and v is not None}
     from_file = set(_yaml_keys(args.config))
@@ -218,12 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train one config (S seeds in one program) into a run directory")
     add_config_flags(p)
+    add_launch_flags(p)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in --out")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("sweep", help="train every batch size in a list (S seeds each) and locate the critical point")
     add_config_flags(p)
+    add_launch_flags(p)
     from tclock.sweep import DEFAULT_BATCH_SIZES
 
     p.add_argument("--batch-sizes", nargs="+", type=int, default=list(DEFAULT_BATCH_SIZES),

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tclock.config import TrainConfig, make_drbs_controller, validate
+from tclock.config import ConfigError, TrainConfig, make_drbs_controller, validate
 from tclock.control.coscale import lr_multiplier
 from tclock.online_critical import ONLINE_KEY
 from tclock.control import RhythmGate, UpdateRhythm
@@ -86,13 +86,18 @@ def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False,
     if cfg.arp:
         from tclock.arp import train_async
 
+        if jax.process_count() > 1:
+            raise ConfigError("arp: the asynchronous pipeline places its learner and actors on one process's "
+                              "devices; drop --arp, or --coordinator/--distributed")
+
         return train_async(cfg, resume=resume, overwrite=overwrite, clock=clock, device=device,
                            on_iteration=on_iteration)
-    book = RunBook(cfg, clock)
+    mesh = run_mesh(cfg, device)  # before anything compiles: a mesh the devices cannot hold is a ConfigError
+    book = RunBook(cfg, clock, lead=not mesh.spans_processes or jax.process_index() == 0,
+                   collective=mesh.spans_processes)
     finished = book.open(resume, overwrite)
     if finished is not None:
         return finished
-    mesh = run_mesh(cfg, device)  # before anything compiles: a mesh the devices cannot hold is a ConfigError
     with book.guard():  # from here on, any error ends the run as failed, with its reason
         return _run(book, cfg, clock, sleep, mesh, on_iteration)
 
@@ -106,7 +111,15 @@ def run_mesh(cfg: TrainConfig, device=None) -> RunMesh:
     if device is not None:
         return single_device(device)
     sizes = [pool_size(cfg)] + (list(make_drbs_controller(cfg).ladder) if cfg.drbs else [cfg.num_envs])
-    return resolve(cfg.mesh, cfg.seeds, sizes)
+    mesh = resolve(cfg.mesh, cfg.seeds, sizes)
+    if mesh.spans_processes:
+        host_clocked = [flag for flag, on in (("--drbs", cfg.drbs), ("--purm", cfg.purm),
+                                              (f"--lr-clock {cfg.lr_clock}", cfg.lr_clock != "steps")) if on]
+        if host_clocked:
+            raise ConfigError(f"mesh: a run across {jax.process_count()} processes needs every process to take the "
+                              f"same decisions, but {', '.join(host_clocked)} decide on each host's own clock; turn "
+                              "them off or train on one host")
+    return mesh
 
 
 def _prepare(book: RunBook, cfg: TrainConfig, mesh: RunMesh):

@@ -113,6 +113,11 @@ class RunMesh:
         return list(self.mesh.devices.flat)
 
     @property
+    def spans_processes(self) -> bool:
+        """Whether the mesh holds devices of more than one process (a multi-host run)."""
+        return len({d.process_index for d in self.devices}) > 1
+
+    @property
     def blocks(self) -> tuple[int, int]:
         """``(seeds, envs)`` devices: how the rollout orders its flat batch of envs."""
         return self.shape.seeds, self.shape.envs

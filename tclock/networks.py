@@ -1,6 +1,7 @@
 """Flax modules: the actor-critic Gaussian policy (state-independent log-std) and value MLP; SAC's squashed-Gaussian actor and twin Q."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import flax.linen as nn
@@ -8,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "swish": nn.swish}
-LOG_2PI = jnp.log(2.0 * jnp.pi)
+LOG_2PI = math.log(2.0 * math.pi)  # a Python float: importing tclock must not start a JAX backend
 
 
 class MLP(nn.Module):

@@ -74,6 +74,26 @@ class HostState:
                    step=data.get("step"))
 
 
+class _NoFiles:
+    """The writer of a process that does not write the run directory (not process 0 of a run
+    across processes): every call does nothing."""
+
+    def add_sink(self, sink) -> None:
+        pass
+
+    def log(self, record: dict) -> None:
+        pass
+
+    def save_checkpoint(self, iteration: int, state: Any, host: dict) -> None:
+        return None
+
+    def mark(self, state: str, **info: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass
 class LastGood:
     """The newest state whose metrics were all finite: what a checkpoint saves."""
@@ -109,10 +129,16 @@ class RunBook:
 
     ``checkpoint_state(state)``: what a checkpoint stores for a training state (the
     asynchronous loop swaps in actor 0's envs); ``drbs_state()``: the DRBS controller's state
-    to save with the host state (None without DRBS)."""
+    to save with the host state (None without DRBS).  ``lead``: this process writes the run
+    directory (a run across processes is written by process 0 alone; the others keep the same
+    books without files); ``collective``: the state spans processes, so gathering it for a
+    checkpoint needs all of them (an error path then points at the newest checkpoint on disk
+    instead of gathering with processes that may be gone)."""
 
-    def __init__(self, cfg: TrainConfig, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, cfg: TrainConfig, clock: Callable[[], float] = time.perf_counter, lead: bool = True,
+                 collective: bool = False):
         self.cfg = cfg
+        self.lead, self.collective = lead, collective
         self.run_dir = Path(cfg.out)
         self.clock = clock
         self.resume = False
@@ -180,15 +206,20 @@ class RunBook:
 
     def start_progress(self, by_wall: bool = False) -> Progress:
         cfg = self.cfg
+        shown = cfg.progress and self.lead
         if by_wall:
-            self.progress = Progress(cfg.progress, cfg.total_seconds, self.host.wall_s, "s")
+            self.progress = Progress(shown, cfg.total_seconds, self.host.wall_s, "s")
         else:
-            self.progress = Progress(cfg.progress, cfg.total_steps, self.host.env_steps, "step")
+            self.progress = Progress(shown, cfg.total_steps, self.host.env_steps, "step")
         return self.progress
 
     def start(self) -> None:
         """Opens the run's files (after compiling) and starts the loop clock."""
         resumed = self.first_iteration if self.checkpoint is not None else None
+        if not self.lead:
+            self.writer = _NoFiles()
+            self._loop_start = self.clock()
+            return
         self.writer = runlog.RunWriter(self.run_dir, self.cfg.to_dict(), resume_iteration=resumed,
                                        keep_checkpoints=self.cfg.keep_checkpoints, status_info=self.status_info)
         for sink in tracking.make_sinks(self.cfg, self.run_dir, self.host.env_steps if resumed is not None else None):
@@ -297,7 +328,10 @@ class RunBook:
             return None
         info = {} if error is None else {"reason": f"{type(error).__name__}: {error}"}
         try:
-            good = self.save() if self.last_good is not None else None
+            if self.collective:  # the other processes may be gone: no gathering, the last periodic checkpoint stands
+                good = runlog.checkpoint_iteration(self.run_dir)
+            else:
+                good = self.save() if self.last_good is not None else None
         except OSError as save_error:
             info["checkpoint_error"] = str(save_error)
             good = runlog.checkpoint_iteration(self.run_dir)

@@ -7,6 +7,7 @@ adds the time limit and the batched auto-reset used by the learners.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass, field
 from typing import Callable
@@ -64,7 +65,34 @@ def spec(name: str) -> EnvSpec:
 
 def make(name: str, **kwargs) -> Env:
     """The bare task (one env, no time limit, no auto-reset)."""
-    return spec(name).factory(**kwargs)
+    with _model_on_local_device():
+        return spec(name).factory(**kwargs)
+
+
+@contextlib.contextmanager
+def _model_on_local_device():
+    """Brax builds a task's physics model with ``mujoco.mjx.put_model``, which, given no device,
+    commits it to ``jax.devices()[0]``.  With several processes that device belongs to process 0,
+    so every other process would hold model constants it cannot read (the jitted step then fails
+    to lower).  While a task is built in a multi-process run, the model goes to this process's
+    first local device instead; with one process nothing changes."""
+    import jax
+
+    if jax.process_count() == 1:
+        yield
+        return
+    from mujoco.mjx._src import io as mjx_io
+
+    original = mjx_io._resolve_impl_and_device
+
+    def local_default(impl=None, device=None):
+        return original(impl, jax.local_devices()[0] if device is None and impl is None else device)
+
+    mjx_io._resolve_impl_and_device = local_default
+    try:
+        yield
+    finally:
+        mjx_io._resolve_impl_and_device = original
 
 
 def make_training_env(name: str, num_envs: int, episode_length: int | None = None, **kwargs) -> BatchedEnv:
