@@ -6,7 +6,9 @@ Every ``TrainConfig`` field is a flag of ``train`` and ``sweep`` (``num_envs`` -
 Exit codes: 0 success; 1 ``doctor`` found the two-clocks pattern; 2 bad input (config, a
 run directory or checkpoint that cannot be read or written); 3 training diverged (non-finite
 loss or parameters; ``sweep``: at least one batch size diverged, the others ran); 4 an
-unexpected error (a bug: the traceback is printed and status.json says ``failed``).
+unexpected error (a bug: the traceback is printed and status.json says ``failed``); 5 in a run
+across processes, a collective with another process failed (that process died or was cut off:
+status.json says ``failed``; rerun every process with ``--resume``).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import warnings
 
 from tclock.config import ConfigError, TrainConfig
 
-EXIT_OK, EXIT_TWO_CLOCKS, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_TWO_CLOCKS, EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERNAL, EXIT_PEER_LOST = 0, 1, 2, 3, 4, 5
 
 
 def _flag(name: str) -> str:
@@ -326,10 +328,31 @@ def _exit_code_for(error: Exception) -> int:
     if isinstance(error, (runlog.RunFormatError, runlog.RunWriteError)):
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if _peer_lost(error):
+        print(f"error: a collective with the other processes failed ({str(error).splitlines()[0]}): another process "
+              "of this run most likely died. The last periodic checkpoint is kept (status.json names it); start every "
+              "process again with --resume", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        # JAX's distributed service would abort this process at exit (its shutdown barrier waits for the dead
+        # peer); leave now with the documented code instead.
+        os._exit(EXIT_PEER_LOST)
     traceback.print_exception(error)
     print(f"error: unexpected {type(error).__name__} (a bug in tclock or in an --import module; the traceback is "
           "above)", file=sys.stderr)
     return EXIT_INTERNAL
+
+
+def _peer_lost(error: Exception) -> bool:
+    """Whether ``error`` is a JAX runtime error in a run joined to other processes."""
+    if "jax" not in sys.modules:
+        return False
+    import jax
+
+    try:
+        return jax.process_count() > 1 and isinstance(error, jax.errors.JaxRuntimeError)
+    except RuntimeError:
+        return False
 
 
 if __name__ == "__main__":

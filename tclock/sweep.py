@@ -132,8 +132,17 @@ def sweep_configs(base: TrainConfig, spec: SweepSpec, out: str | Path) -> list[T
 
 
 def _devices(spec: SweepSpec) -> list:
-    devices = jax.devices()
+    devices = jax.local_devices()  # with several processes, each spreads its own share over its own devices
     return devices[: spec.devices] if spec.devices else devices
+
+
+def _runs_on_mesh(base: TrainConfig) -> bool:
+    """Whether each batch size trains on the run's whole ``--mesh`` (one after another), rather than
+    batch sizes side by side, one per device."""
+    from tclock.mesh import parse_mesh
+
+    shape = parse_mesh(base.mesh)
+    return shape is not None and shape.size > 1
 
 
 class _SweepProgress:
@@ -221,31 +230,47 @@ def _run_one(cfg: TrainConfig, device, progress: _SweepProgress, stop: threading
 def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: bool = True,
               announce: Callable[[str], None] = print, retry_failed: bool = False) -> dict:
     """Trains every batch size (skipping finished runs, and diverged ones unless
-    ``retry_failed``), then writes and returns the summary."""
+    ``retry_failed``), then writes and returns the summary.
+
+    Several processes (``tclock.distributed``): each trains its share of the batch sizes
+    (:func:`tclock.distributed.partition`, config ``i`` on process ``i mod N``) on its own devices,
+    so no two write the same run directory; process 0 writes ``sweep.yaml`` and, once every process
+    is done (a barrier), the summary.  With a ``--mesh`` of several devices every batch size trains
+    on that whole mesh instead, one after another, on every process together."""
+    from tclock import distributed
+
     out = Path(out)
     configs = sweep_configs(base, spec, out)
-    devices = _devices(spec)
-    out.mkdir(parents=True, exist_ok=True)
-    record = {"spec": dataclasses.asdict(spec), "base": base.to_dict(), "devices": [str(d) for d in devices]}
-    record["spec"]["batch_sizes"] = list(spec.batch_sizes)
-    record["spec"]["lrs"] = list(spec.lrs)
-    runlog.write_text(out / "sweep.yaml", yaml.safe_dump(runlog.to_jsonable(record), sort_keys=False))
+    on_mesh = _runs_on_mesh(base)
+    lead = distributed.is_lead()
+    mine = configs if on_mesh else distributed.partition(configs)
+    devices = [None] if on_mesh else _devices(spec)
+    say = announce if lead else (lambda text: None)
+    if lead:
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"spec": dataclasses.asdict(spec), "base": base.to_dict(), "processes": jax.process_count(),
+                  "devices": [str(d) for d in (jax.devices() if on_mesh else devices)]}
+        record["spec"]["batch_sizes"] = list(spec.batch_sizes)
+        record["spec"]["lrs"] = list(spec.lrs)
+        runlog.write_text(out / "sweep.yaml", yaml.safe_dump(runlog.to_jsonable(record), sort_keys=False))
     grid = f" x {len(spec.lrs)} learning rates {[lr_key(x) for x in spec.lrs]}" if spec.lrs else ""
-    announce(f"sweep: {len(spec.batch_sizes)} batch sizes ({spec.axis}) {list(spec.batch_sizes)}{grid} x "
-             f"{base.seeds} seeds on "
-             f"{len(devices)} device(s) -> {out}")
+    where = (f"the mesh {base.mesh}" if on_mesh else f"{len(devices)} device(s)"
+             + (f" per process x {jax.process_count()} processes" if jax.process_count() > 1 else ""))
+    say(f"sweep: {len(spec.batch_sizes)} batch sizes ({spec.axis}) {list(spec.batch_sizes)}{grid} x "
+        f"{base.seeds} seeds on {where} -> {out}")
 
-    bar = _SweepProgress(configs, progress, spec.axis)
+    bar = _SweepProgress(mine, progress and lead, spec.axis)
     stop = threading.Event()
     outcomes: dict = {}  # B, or (B, lr) in a grid -> what happened
     try:
         if len(devices) == 1:
-            for cfg in configs:
+            for cfg in mine:
                 outcomes[_label(cfg, spec)] = _run_one(cfg, devices[0], bar, stop, retry_failed)
         else:
-            _run_on_devices(configs, devices, bar, stop, outcomes, spec, retry_failed)
+            _run_on_devices(mine, devices, bar, stop, outcomes, spec, retry_failed)
     finally:
         bar.close()
+    distributed.barrier("tclock sweep: every batch size trained")
     for outcome, message in (("skipped", "skipped finished runs"),
                              ("diverged", "diverged (recorded as failed; the sweep went on)"),
                              ("kept failed", "not retrained, diverged before (--retry-failed trains them again)")):
@@ -254,8 +279,8 @@ def run_sweep(base: TrainConfig, spec: SweepSpec, out: str | Path, progress: boo
             announce(f"{message}: " + ("(B, lr)=" if spec.lrs else "B=") + f"{sizes}")
     from tclock.sweep_report import format_summary, summarize_sweep
 
-    summary = summarize_sweep(out)
-    announce(format_summary(summary))
+    summary = summarize_sweep(out, write=lead)
+    say(format_summary(summary))
     return summary
 
 
