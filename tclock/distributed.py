@@ -14,12 +14,16 @@ processes write the same run directory, and process 0 writes the summary after a
 finish (:func:`barrier`).
 
 Faults: a coordinator that does not answer within ``--init-timeout`` seconds is an error naming
-``--coordinator``; a process that dies mid-run stops the others (JAX's heartbeat, or a collective
+``--coordinator`` (checked with a plain TCP connection first, because JAX's client ends the process
+without a Python exception when it cannot register; process 0 waiting for peers that never come is
+ended by JAX after the same timeout, with its own message); a process that dies mid-run stops the others (JAX's heartbeat, or a collective
 that fails) with an error instead of a hang, and the run resumes from its last periodic checkpoint.
 """
 from __future__ import annotations
 
 import re
+import socket
+import time
 from dataclasses import dataclass
 
 from tclock.config import ConfigError
@@ -74,6 +78,8 @@ def initialize(launch: Launch) -> None:
         return
     import jax
 
+    if launch.explicit:
+        _check_coordinator(launch)
     kwargs = dict(initialization_timeout=launch.timeout_s, heartbeat_timeout_seconds=HEARTBEAT_S)
     try:
         if launch.auto:
@@ -86,6 +92,39 @@ def initialize(launch: Launch) -> None:
                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); start process 0 "
                           "first, check the host and port (--coordinator) and that every process gives the same "
                           "--num-processes") from None
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _check_coordinator(launch: Launch) -> None:
+    """Before JAX's client starts (it ends the process, uncatchably, when it cannot register):
+    process 0 checks that it can open the coordinator's port; every other process waits up to
+    ``timeout_s`` for the coordinator to accept a connection.  ``ConfigError`` naming
+    ``--coordinator`` otherwise."""
+    host, port = _split_address(launch.coordinator)
+    if launch.process_id == 0:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("", port))
+            except OSError as e:
+                raise ConfigError(f"coordinator: process 0 cannot open port {port} ({e.strerror}); pick a free port "
+                                  f"in --coordinator on every process") from None
+        return
+    deadline = time.monotonic() + launch.timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=2.0):
+                return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise ConfigError(f"coordinator: nothing answered at {launch.coordinator} within {launch.timeout_s} s "
+                                  f"({e.strerror or e}); start process 0 (--process-id 0) on that host first, check "
+                                  "the address and port, or raise --init-timeout") from None
+            time.sleep(0.5)
 
 
 def is_lead() -> bool:

@@ -1,0 +1,67 @@
+"""Runs for the device-mesh tests, in a process of its own (fake CPU devices must be set before JAX
+starts): ``python tests/mesh_runs.py OUT`` trains one small config on every mesh in :data:`MESHES`
+(run directories ``OUT/<name>``) and writes ``OUT/shardings.json``: for the mesh ``seeds=2,envs=2``,
+where each array of the state lies after one rollout and one update on it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+
+# The config every mesh test trains: small, one update program (gdc_every 0), 4 seeds, 16 envs.
+ARGS = ["--env", "pointmass_reach", "--seeds", "4", "--num-envs", "16", "--unroll-length", "8",
+        "--total-steps", str(16 * 8 * 4), "--gdc-every", "0", "--policy-hidden", "16", "--value-hidden", "16",
+        "--num-minibatches", "2", "--num-epochs", "2", "--checkpoint-every", "2", "--no-progress"]
+MESHES = {"one": "seeds=1,envs=1", "seeds4": "seeds=4", "envs2": "envs=2", "envs4": "envs=4",
+          "seeds2_envs2": "seeds=2,envs=2"}
+
+
+def config(out: str, mesh: str):
+    from tclock import cli
+
+    args = cli.build_parser().parse_args(["train", *ARGS, "--mesh", mesh, "--out", out])
+    return cli.config_from_args(args)
+
+
+def shardings(cfg) -> dict:
+    """Per state leaf of the ``env`` field and of the parameters: the partition spec and the devices
+    holding a piece, after one rollout and one update on the mesh."""
+    import jax
+    import jax.numpy as jnp
+
+    from tclock.loop import run_mesh
+    from tclock.runtime import build_agent, compiled_for
+
+    mesh = run_mesh(cfg)
+    agent = build_agent(cfg)
+    agent.env_blocks = mesh.blocks
+    state = mesh.place(agent.init(cfg.seed, cfg.seeds), agent.env_sharded_fields)
+    programs, _ = compiled_for(agent, state, cfg.num_envs, False, mesh=mesh)
+    state, traj, _ = programs.rollout(state)
+    state, _ = programs.update_plain(state, traj, jnp.float32(cfg.lr))
+    jax.block_until_ready(state)
+
+    def describe(x):
+        return {"spec": [a for a in x.sharding.spec], "devices": sorted(s.device.id for s in x.addressable_shards),
+                "shard_shapes": sorted({tuple(s.data.shape) for s in x.addressable_shards}), "shape": list(x.shape)}
+
+    return {"env": [describe(x) for x in jax.tree.leaves(state.env)],
+            "params": [describe(x) for x in jax.tree.leaves(state.params)],
+            "trajectory": [describe(x) for x in jax.tree.leaves(traj)],
+            "devices": [d.id for d in mesh.devices]}
+
+
+def main(out: str) -> None:
+    from tclock.loop import train
+
+    for name, mesh in MESHES.items():
+        train(config(os.path.join(out, name), mesh))
+    with open(os.path.join(out, "shardings.json"), "w") as f:
+        json.dump(shardings(config(os.path.join(out, "probe"), MESHES["seeds2_envs2"])), f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
