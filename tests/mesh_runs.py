@@ -17,12 +17,18 @@ ARGS = ["--env", "pointmass_reach", "--seeds", "4", "--num-envs", "16", "--unrol
         "--num-minibatches", "2", "--num-epochs", "2", "--checkpoint-every", "2", "--no-progress"]
 MESHES = {"one": "seeds=1,envs=1", "seeds4": "seeds=4", "envs2": "envs=2", "envs4": "envs=4",
           "seeds2_envs2": "seeds=2,envs=2"}
+# SAC on one device and on envs=2: its replay ring splits along its capacity with the envs.
+SAC_ARGS = ["--algo", "sac", "--env", "pointmass_reach", "--seeds", "2", "--num-envs", "16", "--unroll-length", "8",
+            "--total-steps", str(16 * 8 * 4), "--gdc-every", "0", "--policy-hidden", "16", "--value-hidden", "16",
+            "--sac-buffer-size", "512", "--sac-min-replay", "128", "--sac-batch-size", "32", "--sac-replay-ratio",
+            "0.03125", "--checkpoint-every", "2", "--no-progress"]
+SAC_MESHES = {"sac_one": "seeds=1,envs=1", "sac_envs2": "envs=2"}
 
 
-def config(out: str, mesh: str):
+def config(out: str, mesh: str, args: list[str] = ARGS):
     from tclock import cli
 
-    args = cli.build_parser().parse_args(["train", *ARGS, "--mesh", mesh, "--out", out])
+    args = cli.build_parser().parse_args(["train", *args, "--mesh", mesh, "--out", out])
     return cli.config_from_args(args)
 
 
@@ -49,6 +55,7 @@ def shardings(cfg) -> dict:
                 "shard_shapes": sorted({tuple(s.data.shape) for s in x.addressable_shards}), "shape": list(x.shape)}
 
     return {"env": [describe(x) for x in jax.tree.leaves(state.env)],
+            "replay": [describe(x) for x in jax.tree.leaves(getattr(state, "replay", ()))],
             "params": [describe(x) for x in jax.tree.leaves(state.params)],
             "trajectory": [describe(x) for x in jax.tree.leaves(traj)],
             "devices": [d.id for d in mesh.devices]}
@@ -59,8 +66,12 @@ def main(out: str) -> None:
 
     for name, mesh in MESHES.items():
         train(config(os.path.join(out, name), mesh))
+    for name, mesh in SAC_MESHES.items():
+        train(config(os.path.join(out, name), mesh, SAC_ARGS))
     with open(os.path.join(out, "shardings.json"), "w") as f:
         json.dump(shardings(config(os.path.join(out, "probe"), MESHES["seeds2_envs2"])), f)
+    with open(os.path.join(out, "sac_shardings.json"), "w") as f:
+        json.dump(shardings(config(os.path.join(out, "sac_probe"), SAC_MESHES["sac_envs2"], SAC_ARGS)), f)
 
 
 if __name__ == "__main__":

@@ -187,6 +187,22 @@ def test_every_device_holds_its_own_shard(mesh_dir):
         assert leaf["shard_shapes"] == [[2, *leaf["shape"][1:]]]
 
 
+@pytest.mark.slow
+def test_sac_with_its_replay_ring_split_over_two_devices_learns_as_on_one(mesh_dir):
+    for a, b in zip(final_params(mesh_dir / "sac_one"), final_params(mesh_dir / "sac_envs2"), strict=True):
+        np.testing.assert_allclose(b, a, rtol=RTOL, atol=ATOL)
+    one, sharded = per_seed(mesh_dir / "sac_one"), per_seed(mesh_dir / "sac_envs2")
+    assert np.isfinite(one["value_loss"][-1]).all()  # the gradient steps ran (past the warm-up)
+    for key in ("policy_loss", "value_loss", "q_mean", "replay_size"):
+        np.testing.assert_allclose(sharded[key], one[key], rtol=RTOL, atol=ATOL, err_msg=key)
+    info = json.loads((mesh_dir / "sac_shardings.json").read_text())
+    assert info["replay"] and len(info["devices"]) == 2
+    for leaf in info["replay"]:  # [S=2, capacity 512, ...] on envs=2: half the ring on each device
+        if len(leaf["shape"]) >= 2:
+            assert leaf["spec"][:2] == [None, "envs"] and leaf["devices"] == sorted(info["devices"])
+            assert leaf["shard_shapes"] == [[2, leaf["shape"][1] // 2, *leaf["shape"][2:]]]
+
+
 # --------------------------------------------------------------------------- several processes
 def free_port() -> int:
     with socket.socket() as s:
