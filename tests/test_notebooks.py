@@ -1,6 +1,7 @@
 """The walkthrough notebooks: committed stripped, and they run end to end at the quick sizes.
 
-The slow tests execute each notebook with ``nbclient`` in a fresh ``python3`` kernel, with
+The ``notebooks``-marked tests (deselected by default, ``python -m pytest -m notebooks``; about
+3-5 minutes each on a 2-core CPU) execute each notebook with ``nbclient`` in a fresh ``python3`` kernel, with
 ``TCLOCK_NOTEBOOK_QUICK=1`` and the notebook's outputs (``TCLOCK_NOTEBOOK_OUT``) in a temporary
 directory, then check what the notebook printed and wrote against the run directories
 (read back through ``tclock.runlog`` / ``tclock.doctor``, which import no JAX).
@@ -98,7 +99,7 @@ def execute(name: str, workdir: Path) -> tuple[str, int]:
     return "".join(text), images
 
 
-@pytest.mark.slow
+@pytest.mark.notebooks
 def test_two_clocks_notebook_runs(quick_env, tmp_path):
     text, images = execute("01_two_clocks.ipynb", tmp_path)
     sweep = quick_env / "01_two_clocks" / "quick" / "sweep"
@@ -135,7 +136,7 @@ def test_two_clocks_notebook_runs(quick_env, tmp_path):
     assert len(re.findall(r"^(?:small|large): (?:ok|missing)\s+num_envs \d+", text, re.M)) == 2, text[-2000:]
 
 
-@pytest.mark.slow
+@pytest.mark.notebooks
 def test_custom_task_notebook_runs(quick_env, tmp_path):
     text, images = execute("02_custom_brax_task.ipynb", tmp_path)
     run = quick_env / "02_custom_brax_task" / "quick" / "dial_hold"
