@@ -54,32 +54,10 @@ import jax  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Brax System, piplines and environments.*")
 
-from tclock import envs as tenvs  # noqa: E402
+from bench_common import raw_steps_per_s, table  # noqa: E402
 from tclock import runlog  # noqa: E402
 from tclock.config import TrainConfig  # noqa: E402
 from tclock.loop import train as tclock_train  # noqa: E402
-
-
-def raw_steps_per_s(name: str, num_envs: int, repeats: int, steps: int = 100) -> float:
-    """Median env steps/s of a jitted ``lax.scan`` of ``steps`` vmapped bare-env steps (one device)."""
-    env = tenvs.make(name)
-    state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), num_envs))
-
-    def run(state, key):
-        def body(s, k):
-            a = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
-            return jax.vmap(env.step)(s, a), None
-
-        return jax.lax.scan(body, state, jax.random.split(key, steps))[0]
-
-    fn = jax.jit(run).lower(state, jax.random.PRNGKey(1)).compile()
-    jax.block_until_ready(fn(state, jax.random.PRNGKey(1)))  # warm-up
-    times = []
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(state, jax.random.PRNGKey(2 + i)))
-        times.append(time.perf_counter() - t0)
-    return num_envs * steps / statistics.median(times)
 
 
 def train_steps_per_s(name: str, num_envs: int, mesh_envs: int, iterations: int, unroll_length: int,
@@ -101,12 +79,6 @@ def sweep_wall_s(out: Path) -> float:
     subprocess.run([sys.executable, "-m", "tclock.cli", "sweep", "--out", str(out)], check=True,
                    stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def _mesh_sizes(requested: list[int] | None, count: int) -> list[int]:
@@ -143,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.envs:
             for B in a.batch_sizes:
-                raw = raw_steps_per_s(name, B, a.repeats, a.raw_steps)
+                raw = raw_steps_per_s(name, B, a.repeats, a.raw_steps)[0]
                 base = None
                 for E in sizes:
                     if B % E:
@@ -155,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
                                  f"{r['compile_s']:.0f}"])
                     print("  ".join(rows[-1]), flush=True)
         print()
-        print(_table(["env", "B", "E devices", "train sps (median iter)", "train sps (loop)", "raw step sps (1 dev)",
+        print(table(["env", "B", "E devices", "train sps (median iter)", "train sps (loop)", "raw step sps (1 dev)",
                       "train/raw", "E/1 dev", "compile s"], rows))
         if a.sweep:
             print(f"\ndefault sweep (tclock sweep) on {len(devices)} device(s): "

@@ -66,39 +66,13 @@ import flax.linen as linen  # noqa: E402
 from brax.training.agents.ppo import networks as ppo_networks  # noqa: E402
 from brax.training.agents.ppo import train as brax_ppo  # noqa: E402
 
+from bench_common import raw_steps_per_s, table  # noqa: E402
 from tclock import envs as tenvs  # noqa: E402
 from tclock import runlog  # noqa: E402
 from tclock.config import TrainConfig  # noqa: E402
 from tclock.loop import train as tclock_train  # noqa: E402
 
 BRAX_ACTIVATIONS = {"tanh": linen.tanh, "relu": linen.relu, "swish": linen.swish}
-
-
-# --------------------------------------------------------------------------- raw env throughput
-def raw_steps_per_s(name: str, num_envs: int, repeats: int, steps: int = 100, seed: int = 0):
-    """Median env steps/s of a jitted lax.scan of ``steps`` vmapped bare-env steps; and compile s."""
-    env = tenvs.make(name)
-    state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(seed), num_envs))
-
-    def run(state, key):
-        def body(s, k):
-            a = jax.random.uniform(k, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
-            return jax.vmap(env.step)(s, a), None
-
-        s, _ = jax.lax.scan(body, state, jax.random.split(key, steps))
-        return s
-
-    t0 = time.perf_counter()
-    fn = jax.jit(run).lower(state, jax.random.PRNGKey(1)).compile()
-    compile_s = time.perf_counter() - t0
-    jax.block_until_ready(fn(state, jax.random.PRNGKey(1)))  # warm-up
-    times = []
-    for i in range(repeats):
-        key = jax.random.PRNGKey(2 + i)
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(state, key))
-        times.append(time.perf_counter() - t0)
-    return num_envs * steps / statistics.median(times), compile_s
 
 
 # --------------------------------------------------------------------------- tclock
@@ -203,15 +177,6 @@ def _fmt(x, spec=",.0f"):
     return "n/a" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
 
 
-def _table(headers, rows):
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    out = [line(headers), line(["-" * w for w in widths])]
-    out += [line(r) for r in rows]
-    return "\n".join(out)
-
-
 def _median_dict(results: list[dict]) -> dict:
     return {k: statistics.median(r[k] for r in results) if isinstance(results[0][k], (int, float)) else results[0][k]
             for k in results[0]}
@@ -227,7 +192,7 @@ def raw_only(a):
             rows.append([name, n, _fmt(sps), _fmt(comp, ".1f")])
     print(f"raw jax.jit(lax.scan(100 x jax.vmap(env.step))) of the bare env, random actions, "
           f"median of {a.repeats} calls (compile excluded); backend {jax.default_backend()}")
-    print(_table(["env", "num_envs", "raw env-steps/s", "compile s"], rows))
+    print(table(["env", "num_envs", "raw env-steps/s", "compile s"], rows))
 
 
 def main(argv=None):
@@ -332,7 +297,7 @@ def main(argv=None):
             first_ratio = r["first_iter_s"] / brax["first_iter_s"] if brax else float("nan")
             rows.append([label, _fmt(r["sps"]), _fmt(r["sps_med_iter"]), _fmt(ratio, ".2f"), _fmt(ratio_med, ".2f"),
                          _fmt(r["compile_s"], ".1f"), _fmt(r["first_iter_s"], ".1f"), _fmt(first_ratio, ".2f")])
-        print(_table(["run", "sps", "sps (median iter/epoch)", "ratio vs Brax", "ratio (medians)", "compile s",
+        print(table(["run", "sps", "sps (median iter/epoch)", "ratio vs Brax", "ratio (medians)", "compile s",
                       "first iteration s", "first iteration vs Brax"], rows))
         if brax:
             print(f"(Brax sps = env steps of epochs 2..{a.brax_epochs} / growth of Brax's training/walltime over them; "
@@ -348,7 +313,7 @@ def main(argv=None):
             if label == "Brax PPO":
                 continue
             rows.append([label, _fmt(r["rollout_sps"]), _fmt(raw_sps), _fmt(r["rollout_sps"] / raw_sps, ".2f")])
-        print(_table(["run", "tclock rollout sps (B*T/median rt_s)", "raw env.step sps", "ratio"], rows))
+        print(table(["run", "tclock rollout sps (B*T/median rt_s)", "raw env.step sps", "ratio"], rows))
     return 0
 
 

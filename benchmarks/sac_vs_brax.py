@@ -43,6 +43,7 @@ import flax.linen as linen  # noqa: E402
 from brax.training.agents.sac import networks as sac_networks  # noqa: E402
 from brax.training.agents.sac import train as brax_sac  # noqa: E402
 
+from bench_common import table  # noqa: E402
 from tclock import envs as tenvs  # noqa: E402
 from tclock import runlog  # noqa: E402
 from tclock.config import defaults_for  # noqa: E402
@@ -87,12 +88,6 @@ def run_brax(name: str, cfg, episode_length: int, epochs: int) -> dict:
     return {"sps": sps, "grad_sps": sps * cfg.sac_replay_ratio, "epochs": len(calls)}
 
 
-def _table(headers, rows):
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--envs", default="pointmass_reach,reacher")
@@ -134,7 +129,7 @@ def main(argv=None) -> int:
     print("\n## training throughput, compile and warm-up excluded")
     rows = [[name, f"{t['sps']:,.0f}", f"{b['sps']:,.0f}", f"{t['sps'] / b['sps']:.2f}", f"{t['grad_sps']:,.0f}",
              f"{b['grad_sps']:,.0f}", f"{t['grad_sps'] / b['grad_sps']:.2f}"] for name, t, b in results]
-    print(_table(["env", "tclock env-steps/s", "Brax env-steps/s", "ratio", "tclock grad-steps/s",
+    print(table(["env", "tclock env-steps/s", "Brax env-steps/s", "ratio", "tclock grad-steps/s",
                   "Brax grad-steps/s", "ratio"], rows))
     return 0
 
