@@ -384,17 +384,24 @@ def test_critical_drbs_steps_towards_the_estimate_with_hysteresis():
     assert c.ladder == (32, 64, 128, 256, 512, 1024)
     script = [None, 50, 50, 50, 50, 50, 50, 50, 50]  # None: a plain iteration (no estimate)
     sizes = [c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0)) for b in script]
-    # two estimates per move: 256 -> 128 -> 64, then 64 is within 1.5x of 50 and it holds
-    assert sizes == [256, 256, 128, 128, 64, 64, 64, 64, 64]
-    assert [m.size for m in c.history] == [128, 64] and all(m.source == "b_crit" for m in c.history)
-    for b in (100, 100, 100, 100):  # the estimate rises: 64 * 1.5 < 100 -> grow one rung, then hold at 128
+    # two estimates, then straight to the rung nearest 50 on a log scale (64: |log 64/50| < |log 32/50|);
+    # 64 is within 1.5x of 50 and it holds
+    assert sizes == [256, 256, 64, 64, 64, 64, 64, 64, 64]
+    assert [m.size for m in c.history] == [64] and all(m.source == "b_crit" for m in c.history)
+    for b in (100, 100, 100, 100):  # the estimate rises: 64 * 1.5 < 100 -> grow to 128 (nearest 100), then hold
         c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
-    assert c.batch_size == 128
-    for b in (1e4,) * 20:  # far above the ladder: stops at the top
+    assert c.batch_size == 128 and [m.size for m in c.history] == [64, 128]
+    for b in (1e4,) * 2:  # far above the ladder: one move, to the top
         c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
-    assert c.batch_size == 1024
+    assert c.batch_size == 1024 and [m.size for m in c.history] == [64, 128, 1024]
+    for b in (20, 20):  # a large start far above the target comes down in one move, not one rung at a time
+        c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
+    assert c.batch_size == 32 and len(c.history) == 4
+    for b in (40, 40, 40):  # 32 is within 1.5x of 40 (hysteresis): no move
+        c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
+    assert c.batch_size == 32 and len(c.history) == 4
     c.observe(_record(None))
-    assert c.batch_size == 1024  # no estimate, no move
+    assert c.batch_size == 32  # no estimate, no move
 
 
 def test_critical_drbs_uses_the_wall_clock_optimum_once_two_sizes_are_timed():
@@ -407,7 +414,7 @@ def test_critical_drbs_uses_the_wall_clock_optimum_once_two_sizes_are_timed():
     c.observe(_record(100, num_envs=128, rt=0.0, learn=a + k * 128))  # now timed at 2 sizes: target B*
     target, source = c.target()
     assert source == "b_star" and target == pytest.approx((100 * a / k) ** 0.5, rel=1e-6)
-    assert c.batch_size == 256 and c.history[-1].source == "b_star"  # 128 * 1.5 < 224: one rung up
+    assert c.batch_size == 256 and c.history[-1].source == "b_star"  # 128 * 1.5 < 224: to 256, nearest 224
     c.observe(_record(100, num_envs=256, rt=0.0, learn=a + k * 256))
     assert c.batch_size == 256  # 256 is within 1.5x of 224: hold
     state = c.state_dict()

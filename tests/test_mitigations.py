@@ -106,8 +106,8 @@ def test_hae_training_run_logs_raw_advantage_stats(tmp_path):
 
 @pytest.mark.slow
 def test_drbs_steered_by_the_critical_batch_moves_towards_its_target(tmp_path):
-    """Every change the loop makes goes one rung towards the logged target (the online critical
-    batch or B*), and only when B is outside the hysteresis band around it."""
+    """Every change the loop makes goes towards the logged target (the online critical batch or
+    B*), to the ladder size nearest it, and only when B is outside the hysteresis band around it."""
     cfg = TrainConfig(num_envs=32, drbs=True, drbs_min=16, drbs_max=128, drbs_step=1.0, drbs_estimates=1,
                       total_steps=32 * 16 * 40, out=str(tmp_path / "crit"),
                       **{**SMALL, "gdc_every": 2, "gdc_minibatch": 32, "noise_groups": 2})
@@ -121,6 +121,8 @@ def test_drbs_steered_by_the_critical_batch_moves_towards_its_target(tmp_path):
             moves += 1
             assert target is not None and (nxt < b) == (b > cfg.drbs_band * target), r
             assert (nxt > b) == (b * cfg.drbs_band < target)
+            side = [s for s in drbs_ladder(cfg) if (s < b if nxt < b else s > b)]
+            assert nxt == min(side, key=lambda s: abs(np.log(s / target))), r
     assert {r["num_envs"] for r in records} <= set(drbs_ladder(cfg))
     assert max(r["compiled_sizes"] for r in records) <= len(drbs_ladder(cfg))
     assert moves >= 1  # the estimate on this task is far from 32 envs at some point
