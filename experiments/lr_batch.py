@@ -16,9 +16,15 @@ learning phase on so every run logs the step-size signal).  From each grid:
   against its label, and the verdict of ``tclock doctor`` (rows ``step_size`` and
   ``critical_batch``) against it: agreement per class.
 
-    python experiments/lr_batch.py --quick     # pointmass_reach, its terminal variant, half and twice the radius (2-core CPU, ~1 h)
+    python experiments/lr_batch.py --quick     # pointmass_reach, half and twice the radius (2-core CPU, ~1 h)
     python experiments/lr_batch.py --quick --resume   # reuse finished runs, redo the analysis
     python experiments/lr_batch.py             # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
+    # reproducibility: the same grid from another base seed, compared with the base-seed results
+    python experiments/lr_batch.py --quick --seed 1 --tasks pointmass_reach --out experiments/results/lr_batch_seed1
+
+Quick mode no longer trains the terminal variant (``pointmass_reach_terminal``): its success is
+already high when first readable at B >= 128 (censored), so it gives neither a fit nor labels
+(it stays selectable with ``--tasks``).
 """
 from __future__ import annotations
 
@@ -36,7 +42,15 @@ TASKS = common.TASKS
 
 # Learning rates added where the best lr sat at the top of the grid in a first pass (quick mode):
 # a tuned fit whose best lr is at an edge is not trusted, so the grid is widened there.
-WIDER = {"pointmass_reach": (3e-2, 1e-1), "pointmass_reach_fine": (3e-2,), "pointmass_reach_coarse": (3e-2,)}
+# A second pass widened the two variants again to 1e-1 (their best lr was 3e-2, the edge, at some B).
+WIDER = {"pointmass_reach": (3e-2, 1e-1), "pointmass_reach_fine": (3e-2, 1e-1), "pointmass_reach_coarse": (3e-2, 1e-1)}
+EXTRA_FLAGS = (
+    (("--seed",), {"type": int, "default": 0, "help": "base seed of every run (seed i of a run uses fold_in(seed, i)); "
+                                                      "a nonzero one is compared with the base-seed results (--compare)"}),
+    (("--tasks",), {"nargs": "+", "default": None, "help": f"tasks to train (default: the mode's; known: {', '.join(TASKS)})"}),
+    (("--compare",), {"type": str, "default": "experiments/results/lr_batch/results.json",
+                      "help": "results.json of the base-seed run the tuned B_crit is compared with when --seed is nonzero"}),
+)
 
 
 def task_lrs(task: str, s: dict) -> tuple:
@@ -44,14 +58,24 @@ def task_lrs(task: str, s: dict) -> tuple:
 
 
 def settings(args) -> dict:
+    s = _mode_settings(args)
+    if args.tasks:
+        unknown = [t for t in args.tasks if t not in TASKS]
+        if unknown:
+            raise SystemExit(f"--tasks: unknown {unknown}; known: {', '.join(TASKS)}")
+        s["tasks"] = tuple(args.tasks)
+    s["cfg"] = {**s["cfg"], "seed": int(args.seed)}
+    return s
+
+
+def _mode_settings(args) -> dict:
     if args.mode == "smoke":
         return {"tasks": ("pointmass_reach",), "batch_sizes": (16, 32), "lrs": (3e-4, 1e-3), "seeds": 2,
                 "total_steps": 16 * 8 * 8, "cfg": {"unroll_length": 8, "policy_hidden": (16,), "value_hidden": (16,),
                                                    "num_minibatches": 2, "num_epochs": 2, "gdc_minibatch": 32,
                                                    "gdc_every": 2, "noise_split": True, "target_success": 0.05}}
     if args.mode == "quick":
-        return {"tasks": ("pointmass_reach", "pointmass_reach_terminal", "pointmass_reach_fine",
-                          "pointmass_reach_coarse"),
+        return {"tasks": ("pointmass_reach", "pointmass_reach_fine", "pointmass_reach_coarse"),
                 "batch_sizes": (32, 64, 128, 256, 512, 1024),
                 "lrs": (1e-4, 3e-4, 1e-3, 3e-3, 1e-2), "widen": True, "seeds": 3, "total_steps": 600_000,
                 "cfg": {"unroll_length": 32, "gdc_every": 4, "noise_split": True}}
@@ -133,8 +157,9 @@ def online_estimates(summary: dict) -> dict:
 
 def judge(runs, task: str, summary: dict) -> list[dict]:
     """Every run of a grid: label, signal, the doctor's verdicts."""
-    from tclock import thresholds
+    from tclock import runlog, thresholds
     from tclock.doctor import diagnose
+    from tclock.doctor_batch import critical_batch_row
 
     labels = label_cells(summary)
     rows = []
@@ -143,6 +168,9 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
         r = run_signal(run_dir)
         report = diagnose(run_dir)
         step_row, batch_row = report.row("step_size"), report.row("critical_batch")
+        # the batch class from the run's own online estimate, as the doctor gives it without a sweep (the
+        # report above judged against the parent sweep's B_crit, which is where the labels come from)
+        alone = critical_batch_row(runlog.read_metrics(run_dir), runlog.read_config(run_dir), c["batch"], sweep=None)
         # the rules as verdicts (their classes, whether or not the doctor ships them as verdicts yet) ...
         rule = ("lr too large" if step_row.data.get("class") == "lr too large"
                 else "batch above" if batch_row.data.get("class") == "above" else "neither")
@@ -152,8 +180,8 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
             continue  # a censored task: no labels
         batch_label = (None if not math.isfinite(b_tuned) else
                        "above" if c["batch"] > 2 * b_tuned else "below" if c["batch"] < b_tuned / 2 else None)
-        rows.append({"batch_label": batch_label, "online_class": batch_row.data.get("class"),
-                     "b_crit_online_envs": batch_row.data.get("b_crit_online_envs"),
+        rows.append({"batch_label": batch_label, "online_class": alone.data.get("class"),
+                     "b_crit_online_envs": alone.data.get("b_crit_online_envs"),
                      "best_lr": any(b["batch"] == c["batch"] and b["lr"] == c["lr"]
                                     for b in summary["lr_grid"]["best_lr"])})
         rows[-1].update({"num_envs": c["batch"], "lr": c["lr"], "label": labels[(c["batch"], c["lr"])],
@@ -178,7 +206,7 @@ def train_grid(task: str, s: dict, runs) -> dict:
 
 
 def main(argv=None) -> dict:
-    args = common.parse_args(NAME, __doc__.splitlines()[0], argv)
+    args = common.parse_args(NAME, __doc__.splitlines()[0], argv, extra=EXTRA_FLAGS)
     s = settings(args)
     runs = common.fresh_runs_dir(args)
     data: dict = {}
@@ -217,13 +245,47 @@ def agreement(rows: list[dict], key: str) -> dict:
     return out
 
 
-def batch_agreement(rows: list[dict]) -> dict:
-    """Best-lr runs by their tuned-B_crit label: how many the online estimate classes the same."""
+BATCH_SETS = {"best lr at each B": lambda r: r["best_lr"],
+              "every lr but 'lr too large'": lambda r: r["label"] != "lr too large",
+              "every lr": lambda r: True}
+
+
+def batch_agreement(rows: list[dict], keep=BATCH_SETS["best lr at each B"]) -> dict:
+    """Runs by their tuned-B_crit label: how many the online estimate alone gets right.  An
+    'above' run agrees when the online class is above (the doctor's two-clocks); a 'below' run
+    agrees when it is not above (no batch flag; 'near' is a watch, not a verdict)."""
     out = {}
     for cls in ("above", "below"):
-        members = [r for r in rows if r["best_lr"] and r["batch_label"] == cls]
-        out[cls] = {"n": len(members), "agree": sum(r["online_class"] == cls for r in members)}
+        members = [r for r in rows if keep(r) and r["batch_label"] == cls]
+        out[cls] = {"n": len(members), "agree": sum((r["online_class"] == "above") == (cls == "above")
+                                                    for r in members)}
     return out
+
+
+def reproducibility(data: dict, reference_path: str) -> list[dict]:
+    """Per task also in the reference results: both tuned B_crit values, their ratio and whether
+    the 90% CIs overlap (tclock's issue 11: within 2x and overlapping)."""
+    import json
+    from pathlib import Path
+
+    path = Path(reference_path)
+    path = path if path.is_absolute() else common.ROOT / path
+    if not path.exists():
+        return []
+    ref = json.loads(path.read_text(encoding="utf-8"))
+    rows = []
+    for task, d in data.items():
+        r = (ref.get("data") or {}).get(task)
+        if not r:
+            continue
+        a, b = d["tuned"], r["tuned"]
+        ok = all(isinstance(x.get("b_crit"), (int, float)) and math.isfinite(x["b_crit"]) and x.get("b_crit_ci")
+                 for x in (a, b))
+        ratio = a["b_crit"] / b["b_crit"] if ok else math.nan
+        overlap = ok and a["b_crit_ci"][0] <= b["b_crit_ci"][1] and b["b_crit_ci"][0] <= a["b_crit_ci"][1]
+        rows.append({"task": task, "this": a, "reference": b, "ratio": ratio, "ci_overlap": bool(overlap),
+                     "reference_seed": ((ref.get("settings") or {}).get("cfg") or {}).get("seed", 0)})
+    return rows
 
 
 def calibration(data: dict) -> tuple[list, dict]:
@@ -288,7 +350,8 @@ def report(args, s: dict, data: dict, runs) -> dict:
             shutil.copyfile(src, args.out / name)
             figures.append(name)
     doc, sig, rule = (agreement(all_rows, k) for k in ("doctor", "signal_class", "rule"))
-    batch = batch_agreement(all_rows)
+    batch_sets = {name: batch_agreement(all_rows, keep) for name, keep in BATCH_SETS.items()}
+    repro = reproducibility(data, args.compare) if args.seed else []
     cal_rows, within = calibration(data)
     figures.append(calibration_figure(args, data))
 
@@ -305,11 +368,13 @@ def report(args, s: dict, data: dict, runs) -> dict:
              md_table(["task", "tuned B_crit (90% CI)", "fixed lr 1e-3 B_crit (90% CI)"] + list(ESTIMATORS), cal_rows),
              "",
              "## The batch verdict from the online estimate alone", "",
-             "The best-lr run at each B, labelled with its task's lr-tuned B_crit (above: B > 2 B_crit, below: "
-             "B < B_crit / 2); `online class`: what the run's own `b_crit_online_envs` says (above: B > 2x it, "
-             "below: B <= it, else near), as `tclock doctor` computes it without a sweep.", "",
-             md_table(["label", "runs", "online class agrees"],
-                      [[c, v["n"], f"{v['agree']} of {v['n']}"] for c, v in batch.items()]), "",
+             "Runs labelled with their task's lr-tuned B_crit (above: B > 2 B_crit, below: B < B_crit / 2; runs in "
+             "between get no label); the online class is what the run's own `b_crit_online_envs` says (above: "
+             "B > 2x it, near: B > it, else below), computed as `tclock doctor` does without a sweep. An 'above' "
+             "run agrees when the online class is above; a 'below' run agrees when it is not above.", "",
+             md_table(["runs", "label above: online above", "label below: online not above"],
+                      [[name, f"{v['above']['agree']} of {v['above']['n']}", f"{v['below']['agree']} of {v['below']['n']}"]
+                       for name, v in batch_sets.items()]), "",
              "## Labelled runs", "",
              f"Label: `lr too large` when a smaller lr at the same B reaches the target with <= {FASTER}x the median "
              "env steps; `batch above` when B > 2x the tuned B_crit (fits used for labels: "
@@ -336,12 +401,32 @@ def report(args, s: dict, data: dict, runs) -> dict:
                                    f"{sum(got)} of {len(got)} tasks", "reproduced" if got and all(got) and len(got) >= 3
                                    else "partly" if any(got) else "not reproduced",
                                    "tuned B_crit: best lr per B, see the first table; ratios in the calibration table"))
-    ok_batch = all(v["n"] and v["agree"] / v["n"] >= 0.9 for v in batch.values())
-    claims.append(common.claim("online_batch_verdict", "the online critical batch classes a batch above / below the "
-                               "lr-tuned B_crit", "— (tclock's issue 11: >= 90% per class)",
-                               "; ".join(f"{c}: {v['agree']} of {v['n']}" for c, v in batch.items()),
-                               "reproduced" if ok_batch else "partly" if any(v["agree"] for v in batch.values())
-                               else "not reproduced", "best-lr run per B on every task; labels from the tuned fit"))
+    for key, (name, text) in {"online_batch_verdict": ("best lr at each B", "the best-lr run at each B"),
+                              "online_batch_verdict_every_lr": ("every lr", "every run of the grids")}.items():
+        batch = batch_sets[name]
+        ok_batch = all(v["n"] and v["agree"] / v["n"] >= 0.9 for v in batch.values())
+        claims.append(common.claim(key, f"the online critical batch alone classes {text} above / below the "
+                                   "lr-tuned B_crit", "— (tclock's issue 11: >= 90% per class)",
+                                   "; ".join(f"{c}: {v['agree']} of {v['n']}" for c, v in batch.items()),
+                                   "reproduced" if ok_batch else "partly" if any(v["agree"] for v in batch.values())
+                                   else "not reproduced", "labels from each task's tuned fit; online class computed "
+                                   "without the sweep"))
+    if repro:
+        rows = [[r["task"], f"{fmt(r['this']['b_crit'])} ({_ci(r['this']['b_crit_ci'])}), {_trust(r['this'])}",
+                 f"{fmt(r['reference']['b_crit'])} ({_ci(r['reference']['b_crit_ci'])}), {_trust(r['reference'])}",
+                 f"{fmt(r['ratio'])}x", "yes" if r["ci_overlap"] else "no"] for r in repro]
+        body += ["## Reproducibility: the tuned B_crit from another base seed", "",
+                 f"This run's base seed: {args.seed}; reference: `{args.compare}` (base seed {repro[0]['reference_seed']}).",
+                 "", md_table(["task", f"seed {args.seed}: tuned B_crit (90% CI)", "reference (90% CI)", "ratio",
+                               "CIs overlap"], rows), ""]
+        good = [math.isfinite(r["ratio"]) and 0.5 <= r["ratio"] <= 2 and r["ci_overlap"] for r in repro]
+        claims.append(common.claim("tuned_b_crit_reproducible", "the lr-tuned B_crit reproduces from another base seed",
+                                   "— (tclock's issue 11: within 2x, CIs overlapping)",
+                                   "; ".join(f"{r['task']}: {fmt(r['this']['b_crit'])} vs {fmt(r['reference']['b_crit'])}"
+                                             f" ({fmt(r['ratio'])}x, CIs {'overlap' if r['ci_overlap'] else 'apart'})"
+                                             for r in repro),
+                                   "reproduced" if all(good) else "partly" if any(good) else "not reproduced",
+                                   "two independent grids, same sizes and lrs, different base seeds"))
     tuned_vs_fixed = []
     for task, d in data.items():
         f = d["fixed"].get("1e-03")
