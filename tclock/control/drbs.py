@@ -19,7 +19,7 @@ import numpy as np
 
 from tclock.control.checks import finite_number, is_int
 
-__all__ = ["batch_ladder", "Decision", "DRBSController"]
+__all__ = ["batch_ladder", "Decision", "DRBSController", "LadderController"]
 
 
 # --------------------------------------------------------------------------- ladder
@@ -181,6 +181,52 @@ def _resolve_ladder(ladder: Sequence[int] | None, base: int, min_b: int, max_b: 
     return lad
 
 
+# --------------------------------------------------------------------------- the shared walker
+class LadderController:
+    """What every DRBS controller shares: a fixed ladder, the current size on it, the moves made.
+
+    Subclasses set ``_ladder``, ``_size`` and ``_history`` in ``__init__`` and decide *when* to
+    move; :meth:`_move_towards` says *where* (the ladder size nearest a goal, strictly on one side
+    of the current one) and :meth:`_check_saved_size` guards a resume.
+    """
+
+    _ladder: tuple[int, ...]
+    _size: int
+    _history: list
+
+    @property
+    def batch_size(self) -> int:
+        """The current rollout batch size (``num_envs``)."""
+        return self._size
+
+    @property
+    def ladder(self) -> tuple[int, ...]:
+        return self._ladder
+
+    @property
+    def history(self) -> tuple:
+        """Every change so far, oldest first."""
+        return tuple(self._history)
+
+    def _move_towards(self, goal: float, down: bool, log: bool = False) -> int:
+        """The ladder size nearest ``goal`` among those strictly below (``down``) or above the
+        current size, linear or log distance; ties go to the size nearer the current one (the
+        smaller move).  The current size when there is no room on that side."""
+        side = [s for s in self._ladder if (s < self._size if down else s > self._size)]
+        if not side:
+            return self._size
+
+        def dist(s: int) -> float:
+            return abs(math.log(s / goal)) if log else abs(s - goal)
+
+        return builtins.min(side, key=lambda s: (dist(s), abs(s - self._size)))
+
+    def _check_saved_size(self, size: int, fix: str) -> None:
+        if size not in self._ladder:
+            raise ValueError(f"saved batch_size={size} is not on this controller's ladder "
+                             f"{list(self._ladder)}; {fix}")
+
+
 # --------------------------------------------------------------------------- DRBS
 class Decision(NamedTuple):
     """One DRBS batch-size change: the mean ratio that triggered it and the new size."""
@@ -189,7 +235,7 @@ class Decision(NamedTuple):
     size: int
 
 
-class DRBSController:
+class DRBSController(LadderController):
     """Dynamic rollout batch size (write-up 4.1), on a fixed ladder of valid sizes.
 
     Call :meth:`update` once per iteration with the measured ``rt_ut_ratio``; it returns the
@@ -254,20 +300,6 @@ class DRBSController:
 
     # ------------------------------------------------------------------ properties
     @property
-    def batch_size(self) -> int:
-        """The current rollout batch size (``num_envs``)."""
-        return self._size
-
-    @property
-    def ladder(self) -> tuple[int, ...]:
-        return self._ladder
-
-    @property
-    def history(self) -> tuple[Decision, ...]:
-        """Every change so far, as ``(ratio_mean, new_size)``, oldest first."""
-        return tuple(self._history)
-
-    @property
     def ratios(self) -> tuple[float, ...]:
         """The ratios currently held (at most ``window``)."""
         return tuple(self._ratios)
@@ -277,10 +309,6 @@ class DRBSController:
         return float(np.mean(self._ratios)) if self._ratios else None
 
     # ------------------------------------------------------------------ the rule
-    def _nearest(self, target: float, candidates: Sequence[int]) -> int:
-        # ties -> the candidate closest to the current size (the smaller move)
-        return builtins.min(candidates, key=lambda s: (abs(s - target), abs(s - self._size)))
-
     def observe(self, record: dict) -> int:
         """The loop's entry point (shared with :class:`tclock.control.drbs_critical.CriticalBatchController`):
         :meth:`update` with the record's ``rt_ut_ratio``."""
@@ -299,13 +327,9 @@ class DRBSController:
         mean = float(np.mean(self._ratios))
         new = self._size
         if mean > self._high:
-            below = [s for s in self._ladder if s < self._size]
-            if below:
-                new = self._nearest(self._size / (1.0 + self._step), below)
+            new = self._move_towards(self._size / (1.0 + self._step), down=True)
         elif mean < self._low:
-            above = [s for s in self._ladder if s > self._size]
-            if above:
-                new = self._nearest(self._size * (1.0 + self._step), above)
+            new = self._move_towards(self._size * (1.0 + self._step), down=False)
         if new != self._size:
             self._size = new
             self._history.append(Decision(mean, new))
@@ -335,10 +359,7 @@ class DRBSController:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"DRBS state is malformed ({e!r}); pass the dict returned by "
                              "DRBSController.state_dict()") from e
-        if size not in self._ladder:
-            raise ValueError(f"saved batch_size={size} is not on this controller's ladder "
-                             f"{list(self._ladder)}; resume with the same min/max/step/"
-                             "multiple/ladder as the original run")
+        self._check_saved_size(size, "resume with the same min/max/step/multiple/ladder as the original run")
         self._size = size
         self._ratios = ratios[-self._window:]
         self._history = history

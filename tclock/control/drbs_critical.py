@@ -26,14 +26,13 @@ The online estimate's calibration against sweeps is in RESULTS.md (experiments/l
 """
 from __future__ import annotations
 
-import builtins
 import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from tclock.control.checks import finite_number, is_int
-from tclock.control.drbs import _check_range, _resolve_ladder
+from tclock.control.drbs import LadderController, _check_range, _resolve_ladder
 from tclock.runlog import seed_median
 
 __all__ = ["Move", "CriticalBatchController"]
@@ -49,7 +48,7 @@ class Move(NamedTuple):
 
 
 
-class CriticalBatchController:
+class CriticalBatchController(LadderController):
     """Steers the batch size towards the online critical batch or ``B*``; see the module docstring.
 
     Call :meth:`observe` once per iteration with the iteration's metrics record (it reads
@@ -77,19 +76,7 @@ class CriticalBatchController:
         self._times: dict[int, list[float]] = {}
         self._history: list[Move] = []
 
-    # ------------------------------------------------------------------ properties
-    @property
-    def batch_size(self) -> int:
-        return self._size
-
-    @property
-    def ladder(self) -> tuple[int, ...]:
-        return self._ladder
-
-    @property
-    def history(self) -> tuple[Move, ...]:
-        return tuple(self._history)
-
+    # ------------------------------------------------------------------ the target
     def ratio_mean(self) -> float | None:
         """The current target (envs), logged as ``drbs_target_envs``; None before the first estimate."""
         target, _ = self.target()
@@ -116,10 +103,6 @@ class CriticalBatchController:
         return self._b, "b_crit"
 
     # ------------------------------------------------------------------ the rule
-    def _nearest(self, goal: float, candidates: Sequence[int]) -> int:
-        """The candidate nearest ``goal`` on a log scale (ties: the one nearer the current size)."""
-        return builtins.min(candidates, key=lambda s: (abs(math.log(s / goal)), abs(s - self._size)))
-
     def observe(self, record: dict) -> int:
         """Takes one iteration's record; returns the batch size for the next rollout."""
         rt, learn, b_now = record.get("rt_s"), record.get("learn_s"), record.get("num_envs")
@@ -136,13 +119,9 @@ class CriticalBatchController:
         target, source = self.target()
         new = self._size
         if self._size > self._band * target:
-            below = [s for s in self._ladder if s < self._size]
-            if below:
-                new = self._nearest(target, below)
+            new = self._move_towards(target, down=True, log=True)
         elif self._size * self._band < target:
-            above = [s for s in self._ladder if s > self._size]
-            if above:
-                new = self._nearest(target, above)
+            new = self._move_towards(target, down=False, log=True)
         if new != self._size:
             self._size, self._seen = new, 0
             self._history.append(Move(float(target), source, new))
@@ -164,8 +143,6 @@ class CriticalBatchController:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"DRBS state is malformed ({e!r}); pass the dict returned by "
                              "CriticalBatchController.state_dict()") from e
-        if size not in self._ladder:
-            raise ValueError(f"saved batch_size={size} is not on this controller's ladder {list(self._ladder)}; "
-                             "resume with the same drbs_min/drbs_max/drbs_step as the original run")
+        self._check_saved_size(size, "resume with the same drbs_min/drbs_max/drbs_step as the original run")
         self._size, self._seen, self._times, self._history = size, seen, times, history
         self._b = float(b) if b is not None else None
