@@ -86,3 +86,17 @@ def test_a_checkpoint_of_another_shape_on_resume_is_bad_input(stopped_run, capsy
     assert code == cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "does not match this config's training state" in err and "['value']" in err
+
+
+def test_the_doctor_exits_0_on_a_short_healthy_run_below_the_critical_batch(tmp_path, capsys):
+    """Issue 11: a normal short run (32 envs on pointmass_reach, below its lr-tuned B_crit of about
+    60 envs, RESULTS.md) is not given a two-clocks exit for its batch, its GDC or its RT/UT."""
+    from tclock.doctor import diagnose
+
+    out = tmp_path / "run"
+    assert train_cli(out, "--total-steps", str(512 * 12)) == cli.EXIT_OK
+    capsys.readouterr()
+    report = diagnose(out)
+    assert report.row("critical_batch").verdict in ("info", "not-checkable"), report.row("critical_batch")
+    assert report.row("gdc").verdict == "info" and report.row("rt_ut_ratio_w50").verdict != "two-clocks"
+    assert cli.main(["doctor", str(out)]) == cli.EXIT_OK, capsys.readouterr().out
