@@ -150,10 +150,8 @@ class SAC(SeededInit, MeshLayout):
     # ------------------------------------------------------------------ learning phase
     def store(self, state: SACState, traj: Trajectory) -> SACState:
         """One seed's rollout (leaves ``[T, B, ...]``) into its ring and its normaliser."""
-        n = traj.reward.size
-        flat = lambda x: x.reshape((n,) + x.shape[2:])  # noqa: E731
-        batch = {"obs": flat(traj.obs), "action": flat(traj.action), "reward": flat(traj.reward),
-                 "next_obs": flat(traj.final_obs), "termination": flat(traj.termination)}
+        batch = sgd.flatten_rollout({"obs": traj.obs, "action": traj.action, "reward": traj.reward,
+                                     "next_obs": traj.final_obs, "termination": traj.termination})
         normalizer = state.normalizer
         if self.cfg.normalize_obs:
             normalizer = running_statistics.update(normalizer, traj.obs)

@@ -19,12 +19,14 @@ def make_optimizer(max_grad_norm: float):
     return optax.inject_hyperparams(factory)(learning_rate=0.0)
 
 
+def flatten_rollout(fields: dict) -> dict:
+    """Leaves ``[T, B, ...]`` (one seed's rollout) as ``[T*B, ...]``: one flat batch of transitions."""
+    return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), fields)
+
+
 def transitions(traj, adv, ret) -> dict:
     """The ``[T, B, ...]`` rollout as one flat batch of ``T*B`` transitions with targets."""
-    n = adv.size
-    flat = lambda x: x.reshape((n,) + x.shape[2:])  # noqa: E731
-    return {"obs": flat(traj.obs), "action": flat(traj.action), "logp": flat(traj.logp),
-            "adv": flat(adv), "ret": flat(ret)}
+    return flatten_rollout({"obs": traj.obs, "action": traj.action, "logp": traj.logp, "adv": adv, "ret": ret})
 
 
 def sgd_step(loss_fn: Callable, optimizer, carry, batch):
