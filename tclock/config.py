@@ -84,7 +84,7 @@ class TrainConfig:
     drbs_window: int = 20
     drbs_high: float = 0.75
     drbs_low: float = 0.35
-    drbs_step: float = 0.25  # 0.25: +-25% per decision; 1.0: the write-up's first x2 / /2 version
+    drbs_step: float = 0.25  # ladder spacing: 0.25 = rungs 25% apart (rt_ut: one rung per decision; critical: a move may cross several); 1.0: the write-up's first x2 / /2 version
     drbs_precompile: bool = False  # compile every ladder size before training starts
     drbs_signal: str = "critical"  # critical: steer to the online critical batch / B*; rt_ut: the write-up's ratio rule
     drbs_band: float = 1.5  # critical: hold while B is within this factor of the target either way
