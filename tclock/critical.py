@@ -250,13 +250,7 @@ def bootstrap_b_crit(
     ``success_fraction`` (a low fraction means the interval is conditional on success and
     optimistic).
     """
-    t = _check_unroll(unroll_length)
-    if not 0.0 < ci < 1.0:
-        raise ValueError(f"ci must be in (0, 1), got {ci}")
-    if int(n_boot) < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    b = _float_array(batch_sizes, "batch_sizes").reshape(-1)
-    sp = _float_array(steps_per_seed, "steps_per_seed")
+    t, b, sp = _bootstrap_inputs(unroll_length, ci, n_boot, batch_sizes, steps_per_seed)
     if sp.ndim == 1:
         sp = sp[:, None]
     if sp.ndim != 2 or sp.shape[0] != b.size:
@@ -273,6 +267,16 @@ def bootstrap_b_crit(
         medians = np.nanmedian(draws, axis=2)  # [n_boot, n_b]
     fits = np.array([_b_crit_or_nan(b, m, t, weighting) for m in medians])
     return _interval(fits, point, ci)
+
+
+def _bootstrap_inputs(unroll_length, ci, n_boot, batch_sizes, steps_per_seed):
+    """The checks both bootstraps share: ``(T, batch sizes [n_b], steps as a float array)``."""
+    t = _check_unroll(unroll_length)
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must be in (0, 1), got {ci}")
+    if int(n_boot) < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    return t, _float_array(batch_sizes, "batch_sizes").reshape(-1), _float_array(steps_per_seed, "steps_per_seed")
 
 
 def _interval(fits: np.ndarray, point: float, ci: float) -> BootstrapResult:
@@ -334,13 +338,7 @@ def bootstrap_tuned_b_crit(
     resample, so its optimism is part of the interval) and fits :func:`fit_steps_to_target`.
     The point estimate is the fit on the un-resampled tuned medians.
     """
-    t = _check_unroll(unroll_length)
-    if not 0.0 < ci < 1.0:
-        raise ValueError(f"ci must be in (0, 1), got {ci}")
-    if int(n_boot) < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    b = _float_array(batch_sizes, "batch_sizes").reshape(-1)
-    sp = _float_array(steps_per_seed, "steps_per_seed")
+    t, b, sp = _bootstrap_inputs(unroll_length, ci, n_boot, batch_sizes, steps_per_seed)
     if sp.ndim != 3 or sp.shape[1] != b.size:
         raise ValueError(f"steps_per_seed must be [n_lr, n_batch_sizes={b.size}, n_seeds], got {sp.shape}")
     n_lr, n_b, n_seeds = sp.shape
