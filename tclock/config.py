@@ -408,7 +408,7 @@ def make_drbs_controller(cfg: TrainConfig):
     if cfg.drbs_signal == "critical":
         return CriticalBatchController(base=cfg.num_envs, min=cfg.drbs_min, max=cfg.drbs_max, step=cfg.drbs_step,
                                        band=cfg.drbs_band, min_estimates=cfg.drbs_estimates,
-                                       multiple=ladder_multiple(cfg))
+                                       multiple=ladder_multiple(cfg), window=cfg.noise_window)
     return DRBSController(base=cfg.num_envs, min=cfg.drbs_min, max=cfg.drbs_max, window=cfg.drbs_window,
                           high=cfg.drbs_high, low=cfg.drbs_low, step=cfg.drbs_step, multiple=ladder_multiple(cfg))
 

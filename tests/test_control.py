@@ -373,14 +373,17 @@ def test_lr_clock_bundle_returns_plain_floats():
 
 # --------------------------------------------------------------------------- DRBS by the critical batch
 def _record(b_crit=None, num_envs=64, rt=0.01, learn=0.02):
-    return {"b_crit_online_envs": None if b_crit is None else [b_crit * 0.9, b_crit, b_crit * 1.1],
-            "num_envs": num_envs, "rt_s": rt, "learn_s": learn}
+    """One iteration's record; ``b_crit``: its per-env noise estimate (trace / signal), per seed
+    0.9, 1 and 1.1 times it (seed median: ``b_crit``); None: an iteration without one."""
+    est = {} if b_crit is None else {"update_noise_trace": [b_crit * 0.9, b_crit, b_crit * 1.1],
+                                     "update_signal_sq": [1.0, 1.0, 1.0]}
+    return {**est, "num_envs": num_envs, "rt_s": rt, "learn_s": learn}
 
 
 def test_critical_drbs_steps_towards_the_estimate_with_hysteresis():
     from tclock.control import CriticalBatchController
 
-    c = CriticalBatchController(base=256, min=32, max=1024, step=1.0, band=1.5, min_estimates=2)
+    c = CriticalBatchController(base=256, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=2)
     assert c.ladder == (32, 64, 128, 256, 512, 1024)
     script = [None, 50, 50, 50, 50, 50, 50, 50, 50]  # None: a plain iteration (no estimate)
     sizes = [c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0)) for b in script]
@@ -388,7 +391,7 @@ def test_critical_drbs_steps_towards_the_estimate_with_hysteresis():
     # 64 is within 1.5x of 50 and it holds
     assert sizes == [256, 256, 64, 64, 64, 64, 64, 64, 64]
     assert [m.size for m in c.history] == [64] and all(m.source == "b_crit" for m in c.history)
-    for b in (100, 100, 100, 100):  # the estimate rises: 64 * 1.5 < 100 -> grow to 128 (nearest 100), then hold
+    for b in (100, 100, 100, 100):  # the estimate rises (window 2): 64 * 1.5 < 100 -> grow to 128, then hold
         c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
     assert c.batch_size == 128 and [m.size for m in c.history] == [64, 128]
     for b in (1e4,) * 2:  # far above the ladder: one move, to the top
@@ -402,6 +405,26 @@ def test_critical_drbs_steps_towards_the_estimate_with_hysteresis():
     assert c.batch_size == 32 and len(c.history) == 4
     c.observe(_record(None))
     assert c.batch_size == 32  # no estimate, no move
+
+
+def test_critical_drbs_judges_a_size_only_on_the_estimates_made_at_it():
+    """After a move the estimates of the old size no longer count: the run's own windowed
+    b_crit_online_envs spans sizes, and the estimate grows with the batch early in a run."""
+    from tclock.control import CriticalBatchController
+
+    c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=20)
+    for b in (300, 300):
+        c.observe(_record(b, num_envs=1024, rt=0.0, learn=0.0))
+    assert c.batch_size == 256  # nearest 300 below 1024
+    for b in (60, 60):  # at 256: (300, 300, 60, 60) would average 180 and hold; its own two say 60
+        c.observe(_record(b, num_envs=256, rt=0.0, learn=0.0))
+    assert c.batch_size == 64 and [m.size for m in c.history] == [256, 64]
+    assert c.target()[0] == pytest.approx(60)
+    again = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=20)
+    again.load_state_dict(c.state_dict())
+    again.observe(_record(200, num_envs=64, rt=0.0, learn=0.0))
+    c.observe(_record(200, num_envs=64, rt=0.0, learn=0.0))
+    assert again.target() == c.target() and again.batch_size == c.batch_size
 
 
 def test_critical_drbs_uses_the_wall_clock_optimum_once_two_sizes_are_timed():
@@ -426,7 +449,7 @@ def test_critical_drbs_uses_the_wall_clock_optimum_once_two_sizes_are_timed():
 def test_critical_drbs_validation():
     from tclock.control import CriticalBatchController
 
-    for kw, match in (({"band": 0.9}, "band="), ({"min_estimates": 0}, "min_estimates="),
+    for kw, match in (({"band": 0.9}, "band="), ({"min_estimates": 0}, "min_estimates="), ({"window": 0}, "window="),
                       ({"base": 48, "multiple": 32}, "multiple")):
         with pytest.raises(ValueError, match=match):
             CriticalBatchController(**{"base": 64, "min": 32, "max": 256, **kw})

@@ -8,8 +8,13 @@ of an iteration; it barely moves with B and carries no information about the cri
 (docs/metrics.md), so a controller steered by it drifts to one end of the ladder whatever the
 task needs.  This one steers by the quantity the S-E relation is about:
 
-* the target is the online critical batch ``b`` (``b_crit_online_envs``, median over seeds;
-  :mod:`tclock.online_critical`), or, once the run has timed iterations at two or more ladder
+* the target is the online critical batch ``b`` (median over seeds of Σ trace / Σ signal,
+  :mod:`tclock.online_critical`) **from the estimates made at the current size only**: the run's
+  logged ``b_crit_online_envs`` averages its last ``noise_window`` estimates across sizes, and
+  the estimate grows with the batch it is measured at early in a run (pointmass_reach, lr 1e-3:
+  about 60 envs at B = 32 and 600-870 at B = 1024 at the first estimates,
+  experiments/drbs_critical.py), so a window that still held the old size's estimates kept a
+  run that had just moved down near its old size; or, once the run has timed iterations at two or more ladder
   sizes and ``t(B) = a + k B`` has positive terms, the wall-clock optimum
   ``B* = sqrt(b a / k)`` (McCandlish et al. 2018; :func:`tclock.critical.wallclock_optimum`);
 * every ``min_estimates`` new estimates at the current size it compares B with the target:
@@ -33,6 +38,7 @@ import numpy as np
 
 from tclock.control.checks import finite_number, is_int
 from tclock.control.drbs import LadderController, _check_range, _resolve_ladder
+from tclock.online_critical import OnlineCriticalBatch
 from tclock.runlog import seed_median
 
 __all__ = ["Move", "CriticalBatchController"]
@@ -51,14 +57,15 @@ class Move(NamedTuple):
 class CriticalBatchController(LadderController):
     """Steers the batch size towards the online critical batch or ``B*``; see the module docstring.
 
-    Call :meth:`observe` once per iteration with the iteration's metrics record (it reads
-    ``b_crit_online_envs``, ``num_envs``, ``rt_s``, ``learn_s``); :attr:`batch_size` is the size
-    for the next rollout.
+    Call :meth:`observe` once per iteration with the iteration's metrics record (it reads the
+    per-seed noise estimates of :data:`tclock.online_critical.SOURCES`, ``num_envs``, ``rt_s``,
+    ``learn_s``); :attr:`batch_size` is the size for the next rollout.  ``window``: at most this
+    many estimates at the current size are averaged (``noise_window``).
     """
 
     def __init__(self, base: int = 256, min: int = 64, max: int = 1024,  # noqa: A002
                  step: float = 0.25, band: float = 1.5, min_estimates: int = 3,
-                 ladder: Sequence[int] | None = None, multiple: int = 1) -> None:
+                 ladder: Sequence[int] | None = None, multiple: int = 1, window: int = 20) -> None:
         if not finite_number(band) or band < 1:
             raise ValueError(f"band={band!r} must be a finite number >= 1 (1.5: hold while B is within "
                              "1.5x of the target either way)")
@@ -67,11 +74,15 @@ class CriticalBatchController(LadderController):
                              "estimates at a size before the controller may move again)")
         if not finite_number(step) or step <= 0:
             raise ValueError(f"step={step!r} must be a finite number > 0")
+        if not is_int(window) or window < 1:
+            raise ValueError(f"window={window!r} must be an integer >= 1 (estimates at a size averaged, noise_window)")
         _check_range(base, min, max, multiple)
         self._ladder = _resolve_ladder(ladder, base, min, max, multiple, step)
         self._band, self._min_estimates = float(band), int(min_estimates)
         self._size = int(base)
         self._seen = 0  # estimates at the current size since the last change
+        self._window = int(window)
+        self._estimates = OnlineCriticalBatch(self._window)  # at the current size only
         self._b: float | None = None
         self._times: dict[int, list[float]] = {}
         self._history: list[Move] = []
@@ -109,7 +120,8 @@ class CriticalBatchController(LadderController):
         if finite_number(rt) and finite_number(learn) and is_int(b_now):
             self._times.setdefault(int(b_now), []).append(float(rt) + float(learn))
             self._times[int(b_now)] = self._times[int(b_now)][-50:]
-        b = seed_median(record.get("b_crit_online_envs"))
+        ratio = self._estimates.add(record)
+        b = seed_median(ratio) if ratio is not None else None
         if b is None or b <= 0:
             return self._size
         self._b = b
@@ -124,12 +136,13 @@ class CriticalBatchController(LadderController):
             new = self._move_towards(target, down=False, log=True)
         if new != self._size:
             self._size, self._seen = new, 0
+            self._estimates = OnlineCriticalBatch(self._window)
             self._history.append(Move(float(target), source, new))
         return self._size
 
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict:
-        return {"batch_size": self._size, "seen": self._seen, "b": self._b,
+        return {"batch_size": self._size, "seen": self._seen, "b": self._b, "estimates": self._estimates.state_dict(),
                 "times": {str(k): v for k, v in self._times.items()},
                 "history": [list(m) for m in self._history], "ladder": list(self._ladder)}
 
@@ -145,4 +158,5 @@ class CriticalBatchController(LadderController):
                              "CriticalBatchController.state_dict()") from e
         self._check_saved_size(size, "resume with the same drbs_min/drbs_max/drbs_step as the original run")
         self._size, self._seen, self._times, self._history = size, seen, times, history
+        self._estimates = OnlineCriticalBatch(self._window, state.get("estimates"))
         self._b = float(b) if b is not None else None
