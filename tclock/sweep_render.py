@@ -183,7 +183,7 @@ def lr_lines(s: dict) -> list[str]:
         if not limited:
             return [f"One learning rate for every B: this B_crit is the fixed-lr reading. McCandlish's B_crit tunes "
                     f"the lr at each B, and a lr too small (or too large) for the small batches inflates it "
-                    f"(PPO on pointmass_reach: 1e-3 gives 299 envs, the lr-tuned grid about 60: RESULTS.md). E does not "
+                    f"(PPO on pointmass_reach: 1e-3 gives about 300 envs, the lr-tuned grid 84-108 on two base seeds: RESULTS.md). E does not "
                     f"rise as B falls here; to measure the tuned B_crit: `{regrid_command(s, widen=True)}`."]
         return [f"**Warning: E rises as B falls** below B={limited['best_batch']} (B={limited['batch']} needs "
                 f"{fmt(limited['rise'])}x the E of B={limited['best_batch']}; flagged: B={limited['limited']}). "
