@@ -125,14 +125,12 @@ def label_cells(summary: dict) -> dict:
     return out
 
 
-def run_signal(run_dir) -> float:
+def run_signal(records: list[dict], config: dict) -> float:
     """The run's step ratio as the doctor reads it (:func:`tclock.step_size.run_ratio` over the
     learning phase)."""
-    from tclock import runlog, step_size
+    from tclock import step_size
 
-    records = runlog.read_metrics(run_dir)
-    target = runlog.read_config(run_dir).get("target_success")
-    return step_size.run_ratio(records, step_size.learning_phase_end(records, target))[0]
+    return step_size.run_ratio(records, step_size.learning_phase_end(records, config.get("target_success")))[0]
 
 
 ESTIMATORS = ("update_run", "gradient_run", "b_simple")  # the learning phase's noise, the gradient's per env, i.i.d.
@@ -165,12 +163,13 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
     rows = []
     for c in summary["lr_grid"]["cells"]:
         run_dir = runs / task / c["run"]
-        r = run_signal(run_dir)
+        records, config = runlog.read_metrics(run_dir), runlog.read_config(run_dir)
+        r = run_signal(records, config)
         report = diagnose(run_dir)
         step_row, batch_row = report.row("step_size"), report.row("critical_batch")
         # the batch class from the run's own online estimate, as the doctor gives it without a sweep (the
         # report above judged against the parent sweep's B_crit, which is where the labels come from)
-        alone = critical_batch_row(runlog.read_metrics(run_dir), runlog.read_config(run_dir), c["batch"], sweep=None)
+        alone = critical_batch_row(records, config, c["batch"], sweep=None)
         # the rules as verdicts (their classes, whether or not the doctor ships them as verdicts yet) ...
         rule = ("lr too large" if step_row.data.get("class") == "lr too large"
                 else "batch above" if batch_row.data.get("class") == "above" else "neither")
