@@ -61,9 +61,7 @@ def gains(eps: float, n: int = 4000, seed: int = 0) -> dict:
     def one(k):
         kn, ks = jax.random.split(k)
         traj = Traj(jax.random.normal(kn, (1, B, D)) * jnp.sqrt(SIGMA), jnp.zeros((1, B)))
-        state = State(params=THETA, key=ks)
-        full = update_one(state, traj, eps, False)[0].params
-        return split_update_noise(update_one, state, traj, eps, full, heldout_loss)
+        return split_update_noise(update_one, State(params=THETA, key=ks), traj, eps, heldout_loss)
 
     out = jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(seed), n))
     return {k: np.asarray(v) for k, v in out.items()}
