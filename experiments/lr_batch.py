@@ -150,7 +150,18 @@ def online_estimates(summary: dict) -> dict:
 
     tuned = [c for c in grid["cells"] if best.get(c["batch"]) == c["lr"]]
     default = [c for c in grid["cells"] if math.isclose(c["lr"], 1e-3)]
-    return {"tuned": {k: med(tuned, k) for k in ESTIMATORS}, "lr_1e-03": {k: med(default, k) for k in ESTIMATORS}}
+    return {"tuned": {k: med(tuned, k) for k in ESTIMATORS}, "lr_1e-03": {k: med(default, k) for k in ESTIMATORS},
+            "tuned_by_b": {str(c["batch"]): med([c], "update_run") for c in sorted(tuned, key=lambda c: c["batch"])}}
+
+
+def batch_slope(by_b: dict) -> float:
+    """The least-squares slope of log(estimate) against log(B): 0 when the estimate does not
+    depend on the batch it is measured at, 1 when it is proportional to it (NaN with < 3 points)."""
+    pts = [(math.log(float(b)), math.log(v)) for b, v in by_b.items() if math.isfinite(v) and v > 0]
+    if len(pts) < 3:
+        return math.nan
+    x, y = np.array(pts).T
+    return float(np.polyfit(x, y, 1)[0])
 
 
 def judge(runs, task: str, summary: dict) -> list[dict]:
@@ -304,6 +315,15 @@ def calibration(data: dict) -> tuple[list, dict]:
     return rows, within
 
 
+def by_b_rows(data: dict, sizes) -> list:
+    """Per task, the best-lr run's ``update_run`` at each B and :func:`batch_slope`."""
+    rows = []
+    for task, d in data.items():
+        by_b = d["online"].get("tuned_by_b") or {}
+        rows.append([task] + [fmt(by_b.get(str(b), math.nan)) for b in sizes] + [fmt(batch_slope(by_b))])
+    return rows
+
+
 def calibration_figure(args, data: dict) -> str:
     fig, ax = common.figure(1, 1, (7.5, 4.4))
     ax = ax[0][0]
@@ -318,6 +338,9 @@ def calibration_figure(args, data: dict) -> str:
             v = d["online"]["tuned"][k]
             if math.isfinite(v):
                 ax.plot([i + 0.3], [v], marker, color=color, label=f"online {k}" if i == 0 else None, alpha=0.85)
+        by_b = [v for v in (d["online"].get("tuned_by_b") or {}).values() if math.isfinite(v)]
+        ax.plot([i + 0.4] * len(by_b), by_b, "_", color="tab:blue", markersize=9, alpha=0.6,
+                label="update_run at each B" if i == 0 else None)
     ax.set_yscale("log")
     ax.set_xticks(range(len(data)))
     ax.set_xticklabels(list(data), fontsize=7)
@@ -361,10 +384,14 @@ def report(args, s: dict, data: dict, runs) -> dict:
              md_table(["task", "fit", "B_crit envs (90% CI)", "R²", "trust"], fit_rows), "",
              "## The online critical batch against the lr-tuned B_crit", "",
              "Online estimates in envs (median over B of the best-lr runs; ratio to the tuned B_crit in brackets); "
-             "`update_run`: the learning phase's noise per env from the half phase (the estimator "
+             "`update_run`: the learning phase's noise per env from two disjoint halves of the envs (the estimator "
              "`b_crit_online_envs` logs with the split on); `gradient_run`: the gradient noise per env from groups of "
              "whole env trajectories; `b_simple`: the old i.i.d.-transition estimate / T.", "",
              md_table(["task", "tuned B_crit (90% CI)", "fixed lr 1e-3 B_crit (90% CI)"] + list(ESTIMATORS), cal_rows),
+             "",
+             "`update_run` of the best-lr run at each B (envs), and the slope of log(estimate) against log(B) "
+             "(0: the estimate does not depend on the batch it is measured at; 1: proportional to it):", "",
+             md_table(["task"] + [f"B={b}" for b in s["batch_sizes"]] + ["slope"], by_b_rows(data, s["batch_sizes"])),
              "",
              "## The batch verdict from the online estimate alone", "",
              "Runs labelled with their task's lr-tuned B_crit (above: B > 2 B_crit, below: B < B_crit / 2; runs in "

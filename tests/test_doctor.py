@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tclock import doctor, doctor_checklist, doctor_diagnose, doctor_gradients, doctor_rules, plots, runlog
+from tclock import doctor, doctor_checklist, doctor_diagnose, doctor_gradients, doctor_rules, online_critical, plots, runlog
 from tclock import thresholds
 from tclock.doctor import diagnose, format_table, report_to_dict, run_doctor
 from tclock.runlog import RunWriter
@@ -427,15 +427,17 @@ def test_low_gdc_and_skew_on_a_solved_task_are_watch_not_two_clocks(tmp_path):
 
 
 # --------------------------------------------------------------------------- the calibrated batch verdict
-def noisy_run(root, name, num_envs, b_crit, n=40, seed=0, improving=True):
-    """A run that logs per-env noise estimates whose windowed ratio is ``b_crit`` envs (each
-    estimate of |G|^2 noisy, some negative), and a return that rises when ``improving``."""
+def noisy_run(root, name, num_envs, b_crit, n=40, seed=0, improving=True, source="gradient"):
+    """A run that logs per-env noise estimates of ``source`` (tclock.online_critical.SOURCES:
+    ``gradient`` or ``update``) whose windowed ratio is ``b_crit`` envs (each estimate of the
+    signal noisy, some negative), and a return that rises when ``improving``."""
     rng = np.random.default_rng(seed)
     extra = {}
+    trace_key, signal_key = online_critical.SOURCES[source]
 
     def make(i):
         g2 = 1.0 + 1.0 * rng.normal(size=3)
-        return {"noise_env_grad_sq": g2.tolist(), "noise_env_trace": (b_crit * (1.0 + 0.2 * rng.normal(size=3))).tolist()}
+        return {signal_key: g2.tolist(), trace_key: (b_crit * (1.0 + 0.2 * rng.normal(size=3))).tolist()}
 
     run = make_run(root, name=name, n=n, config={"num_envs": num_envs, "noise_window": 20},
                    ret_step=lambda i, w: 1.0 if improving else 0.0, gdc=lambda i: 0.2, gdc_every=1, seed=seed)
@@ -486,6 +488,17 @@ def test_online_estimate_alone_is_reported_not_judged(tmp_path, seed):
     assert "try B" not in row.value and "suggested_num_envs" not in row.data  # no advice the validation lacks
     assert 55 < row.data["b_crit_online_envs"] < 200  # the windowed ratio, not one noisy estimate
     assert report.exit_code == 0
+
+
+@pytest.mark.parametrize("num_envs, expected", [(32, "healthy"), (150, "watch"), (1024, "two-clocks")])
+def test_the_learning_phase_noise_alone_gives_the_batch_verdict(tmp_path, num_envs, expected):
+    """Without a sweep, the learning phase's noise (``update``, logged with --noise-split) is the
+    validated source (doctor_batch.ONLINE_VALIDATED): the verdict and the advice follow it."""
+    report = diagnose(noisy_run(tmp_path, f"B{num_envs}", num_envs=num_envs, b_crit=100.0, source="update"))
+    row = report.row("critical_batch")
+    assert row.verdict == expected and row.data["online_source"] == "update", row.value
+    assert ("try B ≈" in row.value) == (expected == "two-clocks")
+    assert report.exit_code == (1 if expected == "two-clocks" else 0)
 
 
 @pytest.mark.parametrize("seed", range(3))
