@@ -19,7 +19,8 @@ import common
 from common import RESULTS_DIR, ROOT, VERDICTS, md_table
 from common import md_cell as _cell
 
-ORDER = ("latency_table", "rollout_scaling", "gdc_vs_batch", "critical_point", "online_critical", "lr_batch", "drbs_critical", "mitigations")
+ORDER = ("latency_table", "rollout_scaling", "gdc_vs_batch", "critical_point", "online_critical", "noise_vs_batch", "lr_batch",
+         "drbs_critical", "mitigations")
 
 
 def load(results_dir: Path) -> dict[str, dict]:

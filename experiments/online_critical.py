@@ -5,8 +5,8 @@ sweep's sizes: B = 32..1024, 3 seeds, 600k env steps per seed in quick mode).  F
 
 * the sweep's ``B_crit`` (steps-to-target fit, 90% bootstrap CI) -- the ground truth;
 * the online estimates the same runs logged, per batch size (median over seeds), in envs:
-  ``update_run`` / ``update_to_target`` (the noise of a whole learning phase, from one extra
-  phase on half the envs: ``tclock.agents.actor_critic.split_update_noise``; over the whole run
+  ``update_run`` / ``update_to_target`` (the noise of a whole learning phase, from extra phases
+  on halves of the envs: ``tclock.agents.actor_critic.split_update_noise``; over the whole run
   or only the iterations before the median seed reached the target), ``gradient_run`` /
   ``gradient_to_target`` (the gradient noise per env from groups of whole env trajectories:
   ``env_group_noise``), and the old i.i.d.-transition ``b_simple / T``.

@@ -76,7 +76,7 @@ class TrainConfig:
     noise_groups: int = 4  # online critical batch: groups of whole env trajectories per estimate (0 = off)
     noise_env_share: float = 0.25  # share of the rollout's envs split into those groups
     noise_window: int = 20  # estimates averaged (trace and |G|^2 separately) in b_crit_online_envs
-    noise_split: bool = False  # also run a learning phase on half the envs (discarded): the update's noise scale in envs (+~9% time at gdc_every 8; sweeps turn it on)
+    noise_split: bool = False  # also run learning phases on two disjoint halves of the envs (discarded): the update's noise scale in envs and the step-size signal (a diagnostic iteration ~1.6-1.9x a plain one: +7-11% time at gdc_every 8; sweeps turn it on)
     # mitigations: dynamic rollout batch size (DRBS)
     drbs: bool = False
     drbs_min: int = 64

@@ -11,9 +11,9 @@ task needs.  This one steers by the quantity the S-E relation is about:
 * the target is the online critical batch ``b`` (median over seeds of Σ trace / Σ signal,
   :mod:`tclock.online_critical`) **from the estimates made at the current size only**: the run's
   logged ``b_crit_online_envs`` averages its last ``noise_window`` estimates across sizes, and
-  the estimate grows with the batch it is measured at early in a run (pointmass_reach, lr 1e-3:
-  about 60 envs at B = 32 and 600-870 at B = 1024 at the first estimates,
-  experiments/drbs_critical.py), so a window that still held the old size's estimates kept a
+  the estimate changes as the policy learns (pointmass_reach: several hundred envs near the initial
+  policy, tens once it reaches the target; experiments/lr_batch.py), so a window that still held
+  the old size's (older) estimates kept a
   run that had just moved down near its old size; or, once the run has timed iterations at two or more ladder
   sizes and ``t(B) = a + k B`` has positive terms, the wall-clock optimum
   ``B* = sqrt(b a / k)`` (McCandlish et al. 2018; :func:`tclock.critical.wallclock_optimum`);
