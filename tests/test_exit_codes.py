@@ -89,8 +89,8 @@ def test_a_checkpoint_of_another_shape_on_resume_is_bad_input(stopped_run, capsy
 
 
 def test_the_doctor_exits_0_on_a_short_healthy_run_below_the_critical_batch(tmp_path, capsys):
-    """Issue 11: a normal short run (32 envs on pointmass_reach, below its lr-tuned B_crit of about
-    60 envs, RESULTS.md) is not given a two-clocks exit for its batch, its GDC or its RT/UT."""
+    """Issue 11: a normal short run (32 envs on pointmass_reach, below its lr-tuned B_crit of 84-108
+    envs from two base seeds, RESULTS.md) is not given a two-clocks exit for its batch, its GDC or its RT/UT."""
     from tclock.doctor import diagnose
 
     out = tmp_path / "run"
