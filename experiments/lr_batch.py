@@ -157,11 +157,8 @@ def online_estimates(summary: dict) -> dict:
 def batch_slope(by_b: dict) -> float:
     """The least-squares slope of log(estimate) against log(B): 0 when the estimate does not
     depend on the batch it is measured at, 1 when it is proportional to it (NaN with < 3 points)."""
-    pts = [(math.log(float(b)), math.log(v)) for b, v in by_b.items() if math.isfinite(v) and v > 0]
-    if len(pts) < 3:
-        return math.nan
-    x, y = np.array(pts).T
-    return float(np.polyfit(x, y, 1)[0])
+    pts = [(float(b), v) for b, v in by_b.items() if math.isfinite(v) and v > 0]
+    return common.loglog_fit(*zip(*pts))["p"] if len(pts) >= 3 else math.nan
 
 
 def judge(runs, task: str, summary: dict) -> list[dict]:

@@ -95,11 +95,9 @@ def measure(s: dict) -> list[dict]:
 
 
 def slope(rows: list[dict], key: str) -> float:
-    pts = [(math.log(r["b"]), math.log(r[key])) for r in rows if math.isfinite(r[key]) and r[key] > 0]
-    if len(pts) < 2:
-        return math.nan
-    x, y = np.array(pts).T
-    return float(np.polyfit(x, y, 1)[0])
+    """The slope of log(estimate) against log(b) (:func:`common.loglog_fit`; NaN with < 2 points)."""
+    pts = [(r["b"], r[key]) for r in rows if math.isfinite(r[key]) and r[key] > 0]
+    return common.loglog_fit(*zip(*pts))["p"] if len(pts) >= 2 else math.nan
 
 
 def main(argv=None) -> dict:
