@@ -46,8 +46,8 @@ def measure(s: dict) -> list[dict]:
     from functools import partial
 
     import jax
-    import jax.numpy as jnp
 
+    from tclock.agents.actor_critic import flat_params as flat
     from tclock.config import TrainConfig
     from tclock.runtime import build_agent
 
@@ -57,7 +57,6 @@ def measure(s: dict) -> list[dict]:
     state = agent.init(cfg.seed, 1)
     rollout = jax.jit(lambda st: agent.rollout(st, B))
     update = jax.jit(lambda st, tr: agent.update(st, tr, lr, False))
-    flat = lambda p: jnp.concatenate([x.reshape(-1) for x in jax.tree.leaves(p)])  # noqa: E731
 
     @partial(jax.jit, static_argnums=3)
     def phases(one, tr, key, b):

@@ -101,6 +101,11 @@ def env_group_noise(loss_fn, params, data: dict, key, unroll_length: int, groups
             "b_noise_envs": noise["b_simple"]}
 
 
+def flat_params(tree) -> jax.Array:
+    """A parameter pytree as one vector (the space the update-noise estimates live in)."""
+    return jnp.concatenate([x.reshape(-1) for x in jax.tree.leaves(tree)])
+
+
 def split_update_noise(update_one, state, traj: Trajectory, lr, heldout_loss=None):
     """The noise scale of a whole learning phase, in **envs**, from two extra learning phases on
     disjoint random halves of the rollout's envs (one seed; ``traj`` leaves ``[T, B, ...]``),
@@ -136,10 +141,9 @@ def split_update_noise(update_one, state, traj: Trajectory, lr, heldout_loss=Non
     half = B // 2
     perm = jax.random.permutation(jax.random.fold_in(state.key, 2), B)
     halves = [jax.tree.map(lambda x, idx=idx: x[:, idx], traj) for idx in (perm[:half], perm[half: 2 * half])]
-    flat = lambda p: jnp.concatenate([x.reshape(-1) for x in jax.tree.leaves(p)])  # noqa: E731
-    start = flat(state.params)
+    start = flat_params(state.params)
     (state_a, _), (state_b, _) = (update_one(state, h, lr, False) for h in halves)
-    d_a, d_b = flat(state_a.params) - start, flat(state_b.params) - start
+    d_a, d_b = flat_params(state_a.params) - start, flat_params(state_b.params) - start
     signal = jnp.sum(d_a * d_b)
     trace = half * (0.5 * (jnp.sum(jnp.square(d_a)) + jnp.sum(jnp.square(d_b))) - signal)
     out = {"update_noise_trace": trace, "update_signal_sq": signal,
@@ -147,7 +151,7 @@ def split_update_noise(update_one, state, traj: Trajectory, lr, heldout_loss=Non
     if heldout_loss is not None:
         loss = heldout_loss(state, halves[1])
         before, grad = jax.value_and_grad(loss)(state.params)
-        out["step_gain_linear"] = -jnp.sum(flat(grad) * d_a)
+        out["step_gain_linear"] = -jnp.sum(flat_params(grad) * d_a)
         out["step_gain_actual"] = before - loss(state_a.params)
     return out
 
