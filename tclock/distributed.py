@@ -18,6 +18,9 @@ Faults: a coordinator that does not answer within ``--init-timeout`` seconds is 
 without a Python exception when it cannot register; process 0 waiting for peers that never come is
 ended by JAX after the same timeout, with its own message); a process that dies mid-run stops the others (JAX's heartbeat, or a collective
 that fails) with an error instead of a hang, and the run resumes from its last periodic checkpoint.
+When it is JAX's heartbeat that ends process 0 (an abort, no Python exception), ``status.json``
+is left ``running``; :func:`tclock.runlog.read_status` reads it back as ``failed`` because its
+writer is gone.
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ A run directory holds::
     config.yaml          the resolved configuration (every field, after defaults)
     metrics.jsonl        one JSON object per iteration (keys: docs/metrics.md)
     status.json          {"state": "running" | "finished" | "interrupted" | "failed", ...}
+                         ("running" also names its writer: read back as "failed" once that
+                         process is gone without marking the run, e.g. killed or aborted)
     checkpoints/
       ckpt_000040.ckpt   training state after iteration 40 (data only: tclock/checkpoints.py)
       latest             name of the newest checkpoint file
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,7 +132,7 @@ class RunWriter:
             self._metrics = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
         except OSError as e:
             raise _write_error(self.run_dir, e) from e
-        self.mark("running")
+        self.mark("running", writer=writer_identity())
 
     def _start_metrics(self, resume_iteration: int | None) -> None:
         metrics = self.run_dir / METRICS_FILE
@@ -271,14 +274,57 @@ def metrics_coverage(run_dir: str | os.PathLike) -> int | None:
     return max((int(r["iteration"]) for r in records if isinstance(r.get("iteration"), int)), default=0)
 
 
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of process ``pid`` (Linux ``/proc``; None elsewhere or when it is gone):
+    with the pid it names one process, even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]  # field 22, counted after the command name
+
+
+def writer_identity(pid: int | None = None) -> dict:
+    """Who writes a running run: host, pid and the process's start time."""
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "pid": pid, "started": _process_start(pid)}
+
+
+def _writer_gone(writer: Any) -> bool:
+    """Whether the process named by a ``running`` status has ended (only decidable on its own host)."""
+    if not isinstance(writer, dict) or writer.get("host") != socket.gethostname():
+        return False
+    pid = writer.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's
+    started = _process_start(pid)
+    return writer.get("started") is not None and started is not None and started != writer["started"]
+
+
 def read_status(run_dir: str | os.PathLike) -> dict:
+    """``status.json``; a ``running`` run whose writer is gone (killed, or aborted by JAX's
+    distributed runtime, before it could mark the run) reads as ``failed`` with the newest
+    checkpoint as ``last_good_checkpoint`` and ``inferred: true``; the file itself is left as it is."""
     path = Path(run_dir) / STATUS_FILE
     if not path.exists():
         return {"state": "missing"}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        status = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise RunFormatError(f"{path} is not valid JSON: {e.msg}") from e
+    if isinstance(status, dict) and status.get("state") == "running" and _writer_gone(status.get("writer")):
+        writer = status["writer"]
+        status = {**status, "state": "failed", "inferred": True,
+                  "reason": f"the process that was writing this run (pid {writer['pid']} on {writer['host']}) ended "
+                            "without marking it: killed, or aborted by the runtime",
+                  "last_good_checkpoint": checkpoint_iteration(run_dir)}
+    return status
 
 
 # --------------------------------------------------------------------------- checkpoints

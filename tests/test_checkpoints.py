@@ -4,7 +4,10 @@ Data only (a pickle is refused and never opened), restored against a template wi
 structure and shapes checked, atomic, the last N kept, a corrupt or truncated newest file
 skipped in favour of the previous good one.
 """
+import json
 import pickle
+import subprocess
+import sys
 from typing import NamedTuple
 
 import flax.struct
@@ -146,3 +149,26 @@ def test_a_left_over_temporary_file_is_ignored_and_cleared(tmp_path):
     assert runlog.load_checkpoint(tmp_path, TEMPLATE).iteration == 1
     runlog.RunWriter(tmp_path, {"num_envs": 2}, resume_iteration=1).close()
     assert not stale.exists()
+
+
+def test_a_running_status_whose_writer_ended_without_marking_reads_as_failed(tmp_path):
+    """A writer that leaves without marking the run (SIGKILL, or JAX's runtime aborting a process whose
+    peer died) is read back as ``failed`` with its newest checkpoint; a live writer stays ``running``."""
+    run = tmp_path / "run"
+    script = ("import os, sys\nfrom tclock import runlog\nw = runlog.RunWriter(sys.argv[1], {})\n"
+              "w.save_checkpoint(3, {'x': [1.0]}, {})\nos._exit(134)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 134, done.stderr
+    assert json.loads((run / runlog.STATUS_FILE).read_text())["state"] == "running"  # the file is left as it is
+    status = runlog.read_status(run)
+    assert status["state"] == "failed" and status["inferred"] is True and status["last_good_checkpoint"] == 3
+    assert f"pid {status['writer']['pid']}" in status["reason"]
+
+    live = runlog.RunWriter(tmp_path / "live", {})
+    assert runlog.read_status(tmp_path / "live")["state"] == "running"  # this process is its writer
+    live.close()
+    for writer, state in [({**runlog.writer_identity(), "started": "0"}, "failed"),  # the pid was reused
+                          ({**runlog.writer_identity(), "host": "elsewhere"}, "running"),  # cannot be checked here
+                          (None, "running")]:  # written by an older tclock
+        runlog.write_json(tmp_path / "live" / runlog.STATUS_FILE, {"state": "running", "writer": writer})
+        assert runlog.read_status(tmp_path / "live")["state"] == state, writer

@@ -281,6 +281,7 @@ def test_killing_one_process_ends_the_other_with_an_error_and_a_resumable_checkp
             if p.poll() is None:
                 p.kill()
     assert waited < 60 and code != 0  # measured here: 8 s (exit code 5, or JAX's own abort)
+    # status.json says failed (exit 5), or still running with a writer that is gone (abort): read as failed
     status = runlog.read_status(run)
     assert status["state"] == "failed" and status["last_good_checkpoint"] >= 2
     assert runlog.load_checkpoint(run) is not None  # a --resume on every process starts from it

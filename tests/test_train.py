@@ -80,6 +80,9 @@ def test_resume_after_killed_process_loses_and_duplicates_nothing(tmp_path):
     kill_when(_cli(out), out, min_checkpoint=6, min_lines=10, cache_dir=tmp_path / "xla_killed")
     partial = runlog.read_metrics(out)
     assert len(partial) < 300
+    status = runlog.read_status(out)  # the file says "running"; its writer is gone
+    assert status["state"] == "failed" and status["inferred"] is True
+    assert status["last_good_checkpoint"] == runlog.checkpoint_iteration(out) >= 6
     resumed = subprocess.run(_cli(out, "--resume"), capture_output=True, text=True, timeout=400)
     assert resumed.returncode == 0, resumed.stderr
     final = runlog.read_metrics(out)
