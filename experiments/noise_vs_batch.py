@@ -3,9 +3,10 @@ learning phase's noise per env, at the same training states, from sub-batches of
 
 A run trains ``B`` envs (lr 1e-3) and, at a few iterations, takes that iteration's rollout and
 runs discarded learning phases on random subsets of its envs (``b`` = B/8, B/4, B/2; ``repeats``
-draws each), exactly as :func:`tclock.agents.actor_critic.split_update_noise` does in training:
+draws each):
 
-* ``two halves`` (what tclock logs): two disjoint subsets of ``b`` envs,
+* ``two halves`` (what tclock logs): :func:`tclock.agents.actor_critic.split_update_noise` itself on
+  ``2b`` random envs, i.e. two disjoint subsets of ``b`` envs,
   ``b ((|D_A|^2 + |D_B|^2)/2 - D_A . D_B) / (D_A . D_B)``, summed over the draws before dividing;
 * ``half vs full`` (the estimator tclock logged before): one subset of ``b`` envs against the
   phase on all ``B``, trace ``t = |D_b - D_B|^2 / (1/b - 1/B)`` over ``D_b . D_B - t/B`` (with
@@ -47,7 +48,7 @@ def measure(s: dict) -> list[dict]:
 
     import jax
 
-    from tclock.agents.actor_critic import flat_params as flat
+    from tclock.agents.actor_critic import flat_params as flat, split_update_noise
     from tclock.config import TrainConfig
     from tclock.runtime import build_agent
 
@@ -60,11 +61,15 @@ def measure(s: dict) -> list[dict]:
 
     @partial(jax.jit, static_argnums=3)
     def phases(one, tr, key, b):
-        """D on two disjoint subsets of b envs, and D on all B (one seed's state and rollout)."""
-        perm = jax.random.permutation(key, B)
+        """tclock's estimator on 2b random envs (split_update_noise: two disjoint halves of b), and the
+        previous one's D on another b envs and on all B (one seed's state and rollout)."""
+        perm, other = jax.random.permutation(key, B), jax.random.permutation(jax.random.fold_in(key, 1), B)
+        sub = jax.tree.map(lambda x: x[:, perm[: 2 * b]], tr)
+        halves = split_update_noise(agent.update_one, one.replace(key=jax.random.fold_in(key, 2)), sub, lr)
         start = flat(one.params)
-        return [flat(agent.update_one(one, jax.tree.map(lambda x: x[:, idx], tr), lr, False)[0].params) - start
-                for idx in (perm[:b], perm[b: 2 * b], perm)]
+        d_b, d_full = (flat(agent.update_one(one, jax.tree.map(lambda x: x[:, idx], tr), lr, False)[0].params) - start
+                       for idx in (other[:b], other))
+        return halves["update_noise_trace"], halves["update_signal_sq"], d_b, d_full
 
     rows = []
     for it in range(max(s["at"]) + 1):
@@ -77,14 +82,14 @@ def measure(s: dict) -> list[dict]:
                     continue
                 halves_t = halves_s = full_t = full_s = sq = 0.0
                 for r in range(s["repeats"]):
-                    d_a, d_b, d_full = (np.asarray(x, dtype=np.float64) for x in phases(one, tr, jax.random.PRNGKey(1000 * it + r), b))
-                    dot = float(d_a @ d_b)
-                    halves_t += b * (0.5 * (d_a @ d_a + d_b @ d_b) - dot)
-                    halves_s += dot
-                    trace = float((d_a - d_full) @ (d_a - d_full)) / (1.0 / b - 1.0 / B)  # E = tr(Sigma)(1/b - 1/B)
-                    full_t += trace
-                    full_s += float(d_a @ d_full) - trace / B  # E[D_b . D_B] = |D*|^2 + tr(Sigma)/B
-                    sq += 0.5 * float(d_a @ d_a + d_b @ d_b) / s["repeats"]
+                    trace, signal, d_b, d_full = phases(one, tr, jax.random.PRNGKey(1000 * it + r), b)
+                    halves_t += float(trace)
+                    halves_s += float(signal)
+                    sq += (float(trace) / b + float(signal)) / s["repeats"]  # (|D_A|^2 + |D_B|^2) / 2
+                    d_b, d_full = np.asarray(d_b, dtype=np.float64), np.asarray(d_full, dtype=np.float64)
+                    prev = float((d_b - d_full) @ (d_b - d_full)) / (1.0 / b - 1.0 / B)  # E = tr(Sigma)(1/b - 1/B)
+                    full_t += prev
+                    full_s += float(d_b @ d_full) - prev / B  # E[D_b . D_B] = |D*|^2 + tr(Sigma)/B
                 rows.append({"iteration": it, "b": b, "two_halves": halves_t / halves_s if halves_s > 0 else math.nan,
                              "half_vs_full": full_t / full_s if full_s > 0 else math.nan, "update_sq": sq})
                 common.say(f"iteration {it}, b={b}: two halves {fmt(rows[-1]['two_halves'])}, "

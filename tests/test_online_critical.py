@@ -89,17 +89,15 @@ def test_windowed_ratio_sums_before_dividing_and_keeps_a_window():
     assert again.add({"noise_env_trace": np.array([0.0]), "noise_env_grad_sq": np.array([1.0])}) == [50.0 / 5.0]
 
 
-def _split_estimates(update_one, n=600, seed=5, data=lambda k: rollout_data(k)["obs"].reshape(T, B, D)):
+def _split_estimates(update_one, n=600, seed=5, data=lambda k: rollout_data(k)["obs"].reshape(T, B, D),
+                     opt_state=()):
     """``split_update_noise`` on ``n`` independent synthetic rollouts ``data(key)`` (``[T, B, dim]``),
-    vmapped as in training; the phase moves the parameters by ``update_one(x)``."""
+    vmapped as in training; the phase moves the parameters by ``update_one(x)``, or with an
+    ``opt_state`` by ``update_one(x, opt_state)`` (the state the phase starts from)."""
     from flax import struct
+    from synthetic_phase import State
 
     from tclock.agents.actor_critic import split_update_noise
-
-    @struct.dataclass
-    class State:
-        params: jax.Array
-        key: jax.Array
 
     @struct.dataclass
     class Traj:
@@ -109,8 +107,10 @@ def _split_estimates(update_one, n=600, seed=5, data=lambda k: rollout_data(k)["
     def one(k):
         kd, ks = jax.random.split(k)
         x = data(kd)
-        return split_update_noise(lambda s, t, lr, g: (s.replace(params=s.params + update_one(t.x)), {}),
-                                  State(params=jnp.zeros(x.shape[-1]), key=ks), Traj(x, jnp.zeros((T, B))), 0.0)
+        move = (lambda s, t: update_one(t.x)) if opt_state == () else (lambda s, t: update_one(t.x, s.opt_state))
+        return split_update_noise(lambda s, t, lr, g: (s.replace(params=s.params + move(s, t)), {}),
+                                  State(params=jnp.zeros(x.shape[-1]), key=ks, opt_state=opt_state),
+                                  Traj(x, jnp.zeros((T, B))), 0.0)
 
     return jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(seed), n))
 
@@ -144,3 +144,47 @@ def test_split_update_noise_does_not_depend_on_the_length_of_a_normalised_update
     truth = dim * (S_ENV**2 + S_STEP**2 / T) / (dim * centre**2)  # ~406 envs
     ratio = windowed_ratio(np.asarray(out["update_noise_trace"])[:, None], np.asarray(out["update_signal_sq"])[:, None])
     assert 0.8 * truth < ratio[0] < 1.25 * truth
+
+
+def test_split_update_noise_leaves_out_the_momentum_earlier_phases_left():
+    """An Adam state carries a first moment from earlier phases; a phase started from it moves by
+    that drift plus what its own data says, and the drift is the same for both halves.  The
+    estimate must be the noise scale of the data's part (TRUE_TRACE / |centre|^2), not the one the
+    drift dilutes: here it would read ~7x too low (|centre + drift|^2 = 7.5 |centre|^2)."""
+    import optax
+
+    from tclock.agents import sgd
+
+    drift = jnp.full((D,), 0.5)
+    adam = sgd.make_optimizer(1.0).init(jnp.zeros(D))
+    adam = jax.tree.map(lambda node: node._replace(mu=drift) if isinstance(node, optax.ScaleByAdamState) else node,
+                        adam, is_leaf=lambda node: isinstance(node, optax.ScaleByAdamState))
+
+    def carried(opt_state):
+        return sum(node.mu for node in jax.tree.leaves(opt_state, is_leaf=lambda n: isinstance(n, optax.ScaleByAdamState))
+                   if isinstance(node, optax.ScaleByAdamState))
+
+    assert float(jnp.sum(carried(adam))) == pytest.approx(0.5 * D)  # the synthetic phase does see the drift
+    out = _split_estimates(lambda x, opt_state: x.mean(axis=(0, 1)) + carried(opt_state), opt_state=adam)
+    truth = TRUE_TRACE / float(jnp.sum(CENTRE**2))
+    ratio = windowed_ratio(np.asarray(out["update_noise_trace"])[:, None], np.asarray(out["update_signal_sq"])[:, None])
+    assert 0.75 * truth < ratio[0] < 1.33 * truth
+
+
+def test_without_momentum_zeroes_only_adams_first_moment():
+    from tclock.agents import sgd
+
+    params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+    opt = sgd.make_optimizer(0.5)
+    state = opt.init(params)
+    for i in range(3):  # a few steps, so both moments and the count are non-trivial
+        _, state = opt.update(jax.tree.map(lambda p, i=i: p + i + 1.0, params), state, params)
+    reset = sgd.without_momentum(state)
+    adam = [n for n in jax.tree.leaves(state, is_leaf=lambda n: hasattr(n, "mu")) if hasattr(n, "mu")]
+    adam_reset = [n for n in jax.tree.leaves(reset, is_leaf=lambda n: hasattr(n, "mu")) if hasattr(n, "mu")]
+    assert len(adam) == len(adam_reset) == 1
+    assert all(float(jnp.abs(x).sum()) > 0 for x in jax.tree.leaves(adam[0].mu))
+    assert all(float(jnp.abs(x).sum()) == 0 for x in jax.tree.leaves(adam_reset[0].mu))
+    for a, b in zip(jax.tree.leaves((adam[0].nu, adam[0].count)), jax.tree.leaves((adam_reset[0].nu, adam_reset[0].count))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert jax.tree.structure(reset) == jax.tree.structure(state)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import struct
+from synthetic_phase import State
 
 from tclock import step_size, thresholds
 from tclock.agents.actor_critic import split_update_noise
@@ -35,12 +36,6 @@ EPS_MAX = G2 / GHG
 
 def eps_opt(b: float) -> float:
     return G2 / (GHG + TR_H_SIGMA / b)
-
-
-@struct.dataclass
-class State:
-    params: jax.Array
-    key: jax.Array
 
 
 @struct.dataclass

@@ -19,6 +19,18 @@ def make_optimizer(max_grad_norm: float):
     return optax.inject_hyperparams(factory)(learning_rate=0.0)
 
 
+def without_momentum(opt_state):
+    """``opt_state`` with Adam's first moment set to zero (second moment, step count and learning
+    rate kept): a learning phase started from it moves by what its own data says, without the
+    drift of the momentum earlier phases left (:func:`tclock.agents.actor_critic.split_update_noise`)."""
+    def reset(node):
+        if isinstance(node, optax.ScaleByAdamState):
+            return node._replace(mu=jax.tree.map(jnp.zeros_like, node.mu))
+        return node
+
+    return jax.tree.map(reset, opt_state, is_leaf=lambda node: isinstance(node, optax.ScaleByAdamState))
+
+
 def flatten_rollout(fields: dict) -> dict:
     """Leaves ``[T, B, ...]`` (one seed's rollout) as ``[T*B, ...]``: one flat batch of transitions."""
     return jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), fields)
