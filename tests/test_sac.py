@@ -264,11 +264,11 @@ def test_sac_learns_pointmass_reach_on_every_seed(tmp_path):
     from tclock import runlog
     from tclock.loop import train
 
-    cfg = defaults_for("sac", seeds=3, total_steps=150_000, gdc_every=0, progress=False, out=str(tmp_path / "learn"))
+    cfg = defaults_for("sac", seeds=2, total_steps=150_000, gdc_every=0, progress=False, out=str(tmp_path / "learn"))
     rows = runlog.read_metrics(train(cfg).run_dir)
     early = np.array([r["success_rate"] for r in rows[:5]]).mean(axis=0)
     late = np.array([r["success_rate"] for r in rows[-10:]]).mean(axis=0)
-    # measured: 0.0 -> 0.69-0.78 over the last 10 iterations on 3 of 3 seeds (55 s here)
+    # measured: 0.0 -> 0.69-0.78 over the last 10 iterations on 3 of 3 seeds (seeds 0-2; 2 kept for time)
     assert (late >= 0.5).all() and (late - early >= 0.4).all(), (early, late)
 
 

@@ -109,20 +109,28 @@ print(json.dumps({"devices": len(jax.devices()), "runs": out}))
 """
 
 
-def _sweep_subprocess(out, devices):
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+def _sweep_subprocesses(outs_and_devices):
+    """The same small sweep in one fresh process per ``(out, devices)``, run side by side."""
     base = {**BASE, "policy_hidden": [16], "value_hidden": [16], "gdc_every": 0, "total_steps": 32 * 16 * 3}
-    proc = subprocess.run([sys.executable, "-c", SWEEP_SCRIPT, str(out), json.dumps(base)], capture_output=True,
-                          text=True, timeout=900, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    procs = []
+    for out, devices in outs_and_devices:
+        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+        procs.append(subprocess.Popen([sys.executable, "-c", SWEEP_SCRIPT, str(out), json.dumps(base)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        done = [p.communicate(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, err) in zip(procs, done):
+        assert p.returncode == 0, err[-3000:]
+    return [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in done]
 
 
 @pytest.mark.slow
 def test_four_fake_devices_are_all_used_and_match_one_device(tmp_path):
-    one = _sweep_subprocess(tmp_path / "one", 1)
-    four = _sweep_subprocess(tmp_path / "four", 4)
+    one, four = _sweep_subprocesses([(tmp_path / "one", 1), (tmp_path / "four", 4)])
     assert one["devices"] == 1 and four["devices"] == 4
     assert len({r["device"] for r in four["runs"].values()}) == 4
     for b, run in one["runs"].items():

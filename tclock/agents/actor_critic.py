@@ -123,12 +123,12 @@ def split_update_noise(update_one, state, traj: Trajectory, lr, heldout_loss=Non
     estimate ``tr(Sigma_D)`` and ``|D*|^2`` (the latter noisy, can be <= 0); their ratio is
     ``b (1/cos - 1)`` with ``cos`` the cosine of the two updates, so it does not depend on the
     updates' length.  That matters: Adam's normalisation and the global gradient-norm clip make
-    ``|D(b)|`` nearly independent of ``b`` (pointmass_reach: ``|D|^2`` 0.26 from 32 envs, 0.17
-    from 1024), which biases a noise read from how far a half's update lands from the full one
+    ``|D(b)|`` nearly independent of ``b`` (pointmass_reach, one state: ``|D|^2`` 0.21 from 128 envs,
+    0.13 from 512, where a 1/b noise would shrink it 4x), which biases a noise read from how far a half's update lands from the full one
     (0.43x on a normalised phase with a known answer, tests/test_online_critical.py); the angle
     between two independent halves is unbiased there.  On a real learning phase neither is fully
     independent of ``b`` (experiments/noise_vs_batch.py: at one state the estimate grows as
-    b^0.15-0.5 from b = 128 to 512, the previous one as b^0.08-0.68).
+    b^0.05-0.49 from b = 128 to 512, most near the initial policy; the previous one as b^0.08-0.75).
 
     Both half phases start with Adam's first moment at zero (:func:`tclock.agents.sgd.without_momentum`;
     second moment and step count kept).  The momentum earlier phases left moves both halves the
