@@ -114,7 +114,7 @@ def fit_lines(summary: dict) -> list[str]:
                  f"{summary['gdc_cliff'] if summary['gdc_cliff'] is not None else 'none in the sweep'}")
     if ax.field == "num_envs":
         lines.append(f"- online critical batch (b_crit_online_envs: the learning phase's noise per env, median over "
-                     f"B): {fmt(summary.get('b_crit_online_envs'))} envs — 0.15-0.55x of the lr-tuned B_crit at the best "
+                     f"B): {fmt(summary.get('b_crit_online_envs'))} envs — 0.27-1.14x of the lr-tuned B_crit at the best "
                      f"lr on three pointmass_reach tasks (RESULTS.md)")
         lines.append(f"- online b_simple from i.i.d. transitions (median over B): {fmt(summary['b_simple_envs'])} envs = "
                      f"{fmt(summary['b_simple_transitions'])} transitions")
