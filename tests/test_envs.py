@@ -55,6 +55,21 @@ def test_pointmass_reach_reward_is_binary_success_and_keeps_original():
     np.testing.assert_allclose(far.obs[4:], target - far.pipeline_state.q[:2], atol=1e-5)
 
 
+def test_pointmass_reach_shaped_reward_trains_on_distance_and_measures_success_the_same():
+    env = envs.make("pointmass_reach", radius=0.1, shaped_reward=True)
+    state = env.reset(jax.random.PRNGKey(1))
+    assert float(state.reward) < -0.25  # the reset keeps -distance (targets are >= 0.3 away)
+    target = state.info["target"]
+    step = jax.jit(env.step)
+    near = step(_place(env, state, target + jnp.array([0.05, 0.0])), jnp.zeros(2))
+    far = step(_place(env, state, target + jnp.array([0.5, 0.0])), jnp.zeros(2))
+    for s, success in ((near, 1.0), (far, 0.0)):
+        assert float(s.metrics["success"]) == success
+        np.testing.assert_allclose(s.reward, -s.metrics["distance"], atol=1e-6)
+        np.testing.assert_allclose(s.reward, s.metrics["original_reward"], atol=1e-6)
+    assert float(near.reward) > float(far.reward)
+
+
 def _roll(benv, carry, steps, action=0.0):
     step = jax.jit(benv.step)
     outs = []

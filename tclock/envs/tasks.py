@@ -2,7 +2,8 @@
 
 * ``pointmass_reach`` (the default): a point mass on a plane, pushed by two motors toward a
   target drawn at random each episode; reward 1.0 on every step the mass is within
-  ``radius`` of the target, else 0.  Tiny MJCF, so it steps fast on a CPU.
+  ``radius`` of the target, else 0.  Tiny MJCF, so it steps fast on a CPU.  With
+  ``shaped_reward=True`` it is trained on the dense ``-distance`` instead (success unchanged).
 * ``reacher_sparse``: Brax's ``reacher`` where reward is 1.0 while the fingertip is within
   ``threshold`` of the target.
 * ``ant_goal_sparse``: Brax's ``ant`` that must bring its torso within ``radius`` of a goal
@@ -82,9 +83,12 @@ class PointMass(PipelineEnv):
         return jnp.concatenate([pos, pipeline_state.qd[:2], target - pos])
 
 
-def pointmass_reach(radius: float = 0.1, terminate_on_success: bool = False, **kwargs) -> SuccessReward:
-    """The default task: binary reward while the mass is within ``radius`` of the target."""
-    return SuccessReward(PointMass(**kwargs), lambda s: s.metrics["distance"] < radius, terminate_on_success)
+def pointmass_reach(radius: float = 0.1, terminate_on_success: bool = False, shaped_reward: bool = False,
+                    **kwargs) -> SuccessReward:
+    """The default task: binary reward while the mass is within ``radius`` of the target
+    (``shaped_reward=True``: the dense ``-distance`` reward, success measured the same way)."""
+    return SuccessReward(PointMass(**kwargs), lambda s: s.metrics["distance"] < radius, terminate_on_success,
+                         shaped_reward)
 
 
 def reacher_sparse(threshold: float = 0.01, terminate_on_success: bool = False, **kwargs) -> SuccessReward:

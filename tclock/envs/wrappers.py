@@ -34,26 +34,30 @@ class SuccessReward(Wrapper):
 
     The original reward is kept as ``metrics['original_reward']`` and the flag as
     ``metrics['success']``.  With ``terminate_on_success`` the episode ends (a true
-    termination, no bootstrap) at the first success.
+    termination, no bootstrap) at the first success.  With ``shaped_reward`` the agent is
+    trained on the original (dense) reward instead, while success is still measured the same
+    way: the same task and target with a different reward structure.
     """
 
-    def __init__(self, env: Env, predicate: SuccessPredicate, terminate_on_success: bool = False):
+    def __init__(self, env: Env, predicate: SuccessPredicate, terminate_on_success: bool = False,
+                 shaped_reward: bool = False):
         super().__init__(env)
         self.predicate = predicate
         self.terminate_on_success = terminate_on_success
+        self.shaped_reward = shaped_reward
 
     def reset(self, rng: jax.Array) -> State:
         state = self.env.reset(rng)
         zero = jnp.zeros_like(state.reward)
         state.metrics.update(original_reward=zero, success=zero)
-        return state.replace(reward=zero)
+        return state if self.shaped_reward else state.replace(reward=zero)
 
     def step(self, state: State, action: jax.Array) -> State:
         state = self.env.step(state, action)
         success = self.predicate(state).astype(state.reward.dtype)
         state.metrics.update(original_reward=state.reward, success=success)
         done = jnp.maximum(state.done, success) if self.terminate_on_success else state.done
-        return state.replace(reward=success, done=done)
+        return state.replace(reward=state.reward if self.shaped_reward else success, done=done)
 
 
 class EpisodeLimit(Wrapper):
