@@ -97,7 +97,10 @@ def main(argv=None) -> dict:
         return f"{v['agree']} of {v['n']}" if v["n"] else "—"
 
     body = ["## Tasks", "",
-            md_table(["task", "what it is", "grid from"], [[t, KIND.get(t, "—"), source[t]] for t in data]), "",
+            md_table(["task", "what it is", "grid from", "tuned fit"],
+                     [[t, KIND.get(t, "—"), source[t], lr_batch._trust(data[t]["tuned"])] for t in data]), "",
+            "A task whose tuned fit is not trusted gives no ground truth: its ratios below are shown, not counted "
+            "as agreement, and its runs get no labels.", "",
             "## The online critical batch against the lr-tuned B_crit", "",
             "Online estimates in envs, median over B of the best-lr runs (ratio to the tuned B_crit in brackets). "
             "`update_run` is what `b_crit_online_envs` logs with the two-halves split on; `gradient_run` and "
@@ -124,10 +127,13 @@ def main(argv=None) -> dict:
         claims.append(common.claim(f"online_{k}_vs_tuned_all", f"online `{k}` within 2x of the lr-tuned B_crit, "
                                    "every task", "— (tclock's issue 11: within 2x on >= 3 tasks)",
                                    f"{sum(got)} of {len(got)} tasks ("
-                                   + ", ".join(f"{t}: {'yes' if w else 'no'}" for t, w in zip(data, got)) + ")",
+                                   + ", ".join(f"{t}: {'yes' if w else 'no'}"
+                                               + ("" if data[t]["tuned"].get("trusted") else " (fit not trusted)")
+                                               for t, w in zip(data, got)) + ")",
                                    "reproduced" if got and all(got) and len(got) >= 3 else
                                    "partly" if any(got) else "not reproduced",
-                                   "ratios in the calibration table; tasks whose tuned fit is not finite count as no"))
+                                   "ratios in the calibration table; a task whose tuned fit is not finite or "
+                                   "not trusted counts as no"))
     for name in ("best lr at each B", "every lr"):
         v = sets[name]
         ok = all(x["n"] and x["agree"] / x["n"] >= 0.9 for x in v.values())

@@ -303,7 +303,7 @@ def reproducibility(data: dict, reference_path: str) -> list[dict]:
 
 def calibration(data: dict) -> tuple[list, dict]:
     """Rows of the calibration table and, per estimator, whether it is within 2x of each task's
-    tuned B_crit."""
+    tuned B_crit (a fit that is not trusted is no ground truth: never within)."""
     rows, within = [], {k: [] for k in ESTIMATORS}
     for task, d in data.items():
         b = d["tuned"]["b_crit"]
@@ -312,7 +312,7 @@ def calibration(data: dict) -> tuple[list, dict]:
         for k in ESTIMATORS:
             v = d["online"]["tuned"][k]
             r = v / b if isinstance(b, (int, float)) and math.isfinite(b) and b > 0 and math.isfinite(v) else math.nan
-            within[k].append(bool(math.isfinite(r) and 0.5 <= r <= 2.0))
+            within[k].append(bool(math.isfinite(r) and 0.5 <= r <= 2.0 and d["tuned"].get("trusted", True)))
             row.append(f"{fmt(v)} ({fmt(r)}x)")
         rows.append(row)
     return rows, within

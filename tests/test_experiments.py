@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ROOT / "experiments"
 SCRIPTS = ("latency_table", "rollout_scaling", "gdc_vs_batch", "critical_point", "online_critical", "noise_vs_batch", "lr_batch",
-           "drbs_critical", "mitigations")
+           "calibration", "drbs_critical", "mitigations")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = pytest.mark.experiments
