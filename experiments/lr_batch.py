@@ -346,7 +346,8 @@ def calibration_figure(args, data: dict) -> str:
                 label="update_run at each B" if i == 0 else None)
     ax.set_yscale("log")
     ax.set_xticks(range(len(data)))
-    ax.set_xticklabels(list(data), fontsize=7)
+    ax.set_xticklabels([t if d["tuned"].get("trusted", True) else f"{t}\n(fit not trusted)" for t, d in data.items()],
+                       fontsize=7)
     ax.set_ylabel("envs")
     ax.set_title("online critical batch vs the sweep's (lr tuned per B, and fixed lr)")
     ax.legend(fontsize=7)
