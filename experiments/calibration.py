@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-
 import common
 import lr_batch
 from common import fmt, md_table
@@ -44,22 +42,25 @@ EXTRA_FLAGS = (
 )
 
 
-def _resolve(path: str) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else common.ROOT / p
+def read_results(folder: str, flag: str) -> dict | None:
+    """An lr_batch folder's ``results.json`` (None when absent); ``flag`` names the option in errors."""
+    path = common.repo_path(folder) / "results.json"
+    if not path.exists():
+        return None
+    results = json.loads(path.read_text(encoding="utf-8"))
+    if results.get("experiment") != "lr_batch":
+        raise SystemExit(f"{flag}: {path} is from {results.get('experiment')!r}, not lr_batch")
+    return results
 
 
 def load(folders) -> tuple[dict, dict]:
     """Every task's lr_batch ``data`` entry, and the folder it came from."""
     data, source = {}, {}
     for folder in folders:
-        path = _resolve(folder) / "results.json"
-        if not path.exists():
-            raise SystemExit(f"--inputs: {path} does not exist; run experiments/lr_batch.py for it first "
-                             "(its docstring has the commands)")
-        results = json.loads(path.read_text(encoding="utf-8"))
-        if results.get("experiment") != "lr_batch":
-            raise SystemExit(f"--inputs: {path} is from {results.get('experiment')!r}, not lr_batch")
+        results = read_results(folder, "--inputs")
+        if results is None:
+            raise SystemExit(f"--inputs: {common.repo_path(folder) / 'results.json'} does not exist; run "
+                             "experiments/lr_batch.py for it first (its docstring has the commands)")
         for task, d in results["data"].items():
             data[task], source[task] = d, str(folder)
     return data, source
@@ -68,10 +69,9 @@ def load(folders) -> tuple[dict, dict]:
 def seed_rows(folders) -> list[list]:
     rows = []
     for folder in folders:
-        path = _resolve(folder) / "results.json"
-        if not path.exists():
+        results = read_results(folder, "--seeds-from")
+        if results is None:
             continue
-        results = json.loads(path.read_text(encoding="utf-8"))
         for c in results.get("claims", []):
             if c["id"] == "tuned_b_crit_reproducible":
                 rows.append([str(folder), c["tclock"], c["verdict"]])
@@ -85,9 +85,6 @@ def main(argv=None) -> dict:
         raise SystemExit("--inputs: no tasks found in the given results")
     cal_rows, within = lr_batch.calibration(data)
     rows = [r for d in data.values() for r in d["cells"]]
-    for task, d in data.items():
-        for r in d["cells"]:
-            r["task"] = task
     sets = {name: lr_batch.batch_agreement(rows, keep) for name, keep in lr_batch.BATCH_SETS.items()}
     per_task = {task: lr_batch.batch_agreement(d["cells"], lr_batch.BATCH_SETS["every lr"]) for task, d in data.items()}
     sizes = sorted({int(b) for d in data.values() for b in (d["online"].get("tuned_by_b") or {})})

@@ -290,6 +290,12 @@ def drop_checkpoints(path: str | Path) -> None:
         shutil.rmtree(ck, ignore_errors=True)
 
 
+def repo_path(path: str | Path) -> Path:
+    """``path`` as given when absolute, else relative to the repository root."""
+    p = Path(path)
+    return p if p.is_absolute() else ROOT / p
+
+
 def fresh_runs_dir(args: argparse.Namespace) -> Path:
     """``<out>/runs``: emptied unless ``--resume``."""
     runs = Path(args.out) / "runs"

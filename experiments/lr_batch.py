@@ -279,10 +279,8 @@ def reproducibility(data: dict, reference_path: str) -> list[dict]:
     """Per task also in the reference results: both tuned B_crit values, their ratio and whether
     the 90% CIs overlap (tclock's issue 11: within 2x and overlapping)."""
     import json
-    from pathlib import Path
 
-    path = Path(reference_path)
-    path = path if path.is_absolute() else common.ROOT / path
+    path = common.repo_path(reference_path)
     if not path.exists():
         return []
     ref = json.loads(path.read_text(encoding="utf-8"))
