@@ -24,6 +24,7 @@ learning phase on so every run logs the step-size signal).  From each grid:
     # a second physical system and a second reward structure (one folder each; ~20-30 min each here)
     python experiments/lr_batch.py --quick --tasks reacher_sparse_spring --out experiments/results/lr_batch_reacher
     python experiments/lr_batch.py --quick --tasks pointmass_reach_dense --out experiments/results/lr_batch_dense
+    python experiments/lr_batch.py --quick --tasks reacher_hold --out experiments/results/lr_batch_reacher_hold
     python experiments/calibration.py --quick   # every task's grid side by side (trains nothing)
 
 Quick mode no longer trains the terminal variant (``pointmass_reach_terminal``): its success is
@@ -49,7 +50,8 @@ TASKS = common.TASKS
 # A second pass widened the two variants again to 1e-1 (their best lr was 3e-2, the edge, at some B);
 # the reacher's first pass had its best lr at 1e-2 (the edge) at five of six B.
 WIDER = {"pointmass_reach": (3e-2, 1e-1), "pointmass_reach_fine": (3e-2, 1e-1), "pointmass_reach_coarse": (3e-2, 1e-1),
-         "pointmass_reach_dense": (3e-2, 1e-1), "reacher_sparse_spring": (3e-2, 1e-1)}
+         "pointmass_reach_dense": (3e-2, 1e-1), "reacher_sparse_spring": (3e-2, 1e-1),
+         "reacher_hold": (3e-2,)}
 EXTRA_FLAGS = (
     (("--seed",), {"type": int, "default": 0, "help": "base seed of every run (seed i of a run uses fold_in(seed, i)); "
                                                       "a nonzero one is compared with the base-seed results (--compare)"}),

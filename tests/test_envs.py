@@ -70,6 +70,32 @@ def test_pointmass_reach_shaped_reward_trains_on_distance_and_measures_success_t
     assert float(near.reward) > float(far.reward)
 
 
+
+def test_success_reward_hold_steps_counts_only_consecutive_hits():
+    """With hold_steps=3 success is 1 only from the third consecutive step the predicate holds;
+    the reward stays the per-step predicate.  Compared with a plain loop over a random rollout
+    whose predicate (x velocity > 0) flips often."""
+    env = SuccessReward(PointMass(), lambda s: s.obs[2] > 0.0, hold_steps=3)
+    step = jax.jit(env.step)
+    state = env.reset(jax.random.PRNGKey(3))
+    actions = jax.random.uniform(jax.random.PRNGKey(4), (80, 2), minval=-1.0, maxval=1.0)
+    hits, successes, rewards = [], [], []
+    for a in actions:
+        state = step(state, a)
+        hits.append(float(state.obs[2] > 0.0))
+        successes.append(float(state.metrics["success"]))
+        rewards.append(float(state.reward))
+    streak, expected = 0, []
+    for h in hits:
+        streak = streak + 1 if h else 0
+        expected.append(1.0 if streak >= 3 else 0.0)
+    assert 0 < sum(expected) < sum(hits)  # the rollout has both short and long runs of hits
+    assert successes == expected
+    assert rewards == hits
+    with pytest.raises(ValueError, match="hold_steps"):
+        SuccessReward(PointMass(), lambda s: s.obs[2] > 0.0, hold_steps=0)
+    assert envs.make("reacher_sparse", threshold=0.02, hold_steps=10).hold_steps == 10
+
 def _roll(benv, carry, steps, action=0.0):
     step = jax.jit(benv.step)
     outs = []

@@ -91,11 +91,13 @@ def pointmass_reach(radius: float = 0.1, terminate_on_success: bool = False, sha
                          shaped_reward)
 
 
-def reacher_sparse(threshold: float = 0.01, terminate_on_success: bool = False, **kwargs) -> SuccessReward:
-    """Brax reacher with reward 1.0 while the fingertip is within ``threshold`` of the target."""
+def reacher_sparse(threshold: float = 0.01, terminate_on_success: bool = False, hold_steps: int = 1,
+                   **kwargs) -> SuccessReward:
+    """Brax reacher with reward 1.0 while the fingertip is within ``threshold`` of the target;
+    success once it has stayed there ``hold_steps`` steps in a row (:class:`SuccessReward`)."""
     # Brax's reacher observation ends with the fingertip-to-target vector (3 entries).
     return SuccessReward(Reacher(**kwargs), lambda s: jnp.linalg.norm(s.obs[-3:]) < threshold,
-                         terminate_on_success)
+                         terminate_on_success, hold_steps=hold_steps)
 
 
 class AntGoal(Ant):

@@ -37,27 +37,41 @@ class SuccessReward(Wrapper):
     termination, no bootstrap) at the first success.  With ``shaped_reward`` the agent is
     trained on the original (dense) reward instead, while success is still measured the same
     way: the same task and target with a different reward structure.
+
+    ``hold_steps`` (default 1) makes success harder than the reward: the reward is still 1.0 on
+    every step the predicate holds, but ``metrics['success']`` is 1.0 only once it has held for
+    ``hold_steps`` consecutive steps (reach *and stay*), so a policy that only passes through
+    the target by chance does not count as solving the task.
     """
 
     def __init__(self, env: Env, predicate: SuccessPredicate, terminate_on_success: bool = False,
-                 shaped_reward: bool = False):
+                 shaped_reward: bool = False, hold_steps: int = 1):
         super().__init__(env)
+        if int(hold_steps) < 1:
+            raise ValueError(f"SuccessReward: hold_steps must be >= 1 (steps the predicate must hold in a row), "
+                             f"got {hold_steps}")
         self.predicate = predicate
         self.terminate_on_success = terminate_on_success
         self.shaped_reward = shaped_reward
+        self.hold_steps = int(hold_steps)
 
     def reset(self, rng: jax.Array) -> State:
         state = self.env.reset(rng)
         zero = jnp.zeros_like(state.reward)
         state.metrics.update(original_reward=zero, success=zero)
+        state.info["success_streak"] = zero
         return state if self.shaped_reward else state.replace(reward=zero)
 
     def step(self, state: State, action: jax.Array) -> State:
+        streak = state.info["success_streak"]
         state = self.env.step(state, action)
-        success = self.predicate(state).astype(state.reward.dtype)
+        hit = self.predicate(state).astype(state.reward.dtype)
+        streak = (streak + 1.0) * hit
+        success = (streak >= self.hold_steps).astype(state.reward.dtype)
+        state.info["success_streak"] = streak
         state.metrics.update(original_reward=state.reward, success=success)
         done = jnp.maximum(state.done, success) if self.terminate_on_success else state.done
-        return state.replace(reward=state.reward if self.shaped_reward else success, done=done)
+        return state.replace(reward=state.reward if self.shaped_reward else hit, done=done)
 
 
 class EpisodeLimit(Wrapper):
