@@ -141,6 +141,20 @@ def parse_args(name: str, description: str, argv: Sequence[str] | None = None,
     return args
 
 
+TASKS_FLAG = (("--tasks",), {"nargs": "+", "default": None,
+                              "help": f"tasks to train (default: the mode's; known: {', '.join(TASKS)})"})
+
+
+def chosen_tasks(requested: Sequence[str] | None, default: Sequence[str]) -> tuple:
+    """``--tasks`` checked against :data:`TASKS` (exits naming the unknown ones), else ``default``."""
+    if not requested:
+        return tuple(default)
+    unknown = [t for t in requested if t not in TASKS]
+    if unknown:
+        raise SystemExit(f"--tasks: unknown {unknown}; known: {', '.join(TASKS)}")
+    return tuple(requested)
+
+
 def pick(args: argparse.Namespace, smoke: Any, quick: Any, full: Any) -> Any:
     """The value for this run's mode."""
     return {"smoke": smoke, "quick": quick, "full": full}[args.mode]

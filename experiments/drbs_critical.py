@@ -15,6 +15,7 @@ fixed B (target: within 1.2x from either start, tclock's issue), the sizes it vi
 ended.
 
     python experiments/drbs_critical.py --quick   # pointmass_reach and its half-radius variant
+    python experiments/drbs_critical.py --quick --tasks reacher_hold --out experiments/results/drbs_critical_reacher_hold
     python experiments/drbs_critical.py           # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
 """
 from __future__ import annotations
@@ -32,6 +33,12 @@ TASKS = common.TASKS
 
 
 def settings(args) -> dict:
+    s = _mode_settings(args)
+    s["tasks"] = common.chosen_tasks(getattr(args, "tasks", None), s["tasks"])
+    return s
+
+
+def _mode_settings(args) -> dict:
     if args.mode == "smoke":
         return {"tasks": ("pointmass_reach",), "sizes": (16, 32), "seeds": 2, "total_steps": 32 * 8 * 6,
                 "target": 0.05, "cfg": {"unroll_length": 8, "policy_hidden": (16,), "value_hidden": (16,),
@@ -96,7 +103,7 @@ def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
 
 
 def main(argv=None) -> dict:
-    args = common.parse_args(NAME, __doc__.splitlines()[0], argv)
+    args = common.parse_args(NAME, __doc__.splitlines()[0], argv, extra=(common.TASKS_FLAG,))
     s = settings(args)
     runs = common.fresh_runs_dir(args)
     data = {task: {name: run_one(task, name, ch, s, runs) for name, ch in variants(s).items()} for task in s["tasks"]}

@@ -55,7 +55,7 @@ WIDER = {"pointmass_reach": (3e-2, 1e-1), "pointmass_reach_fine": (3e-2, 1e-1), 
 EXTRA_FLAGS = (
     (("--seed",), {"type": int, "default": 0, "help": "base seed of every run (seed i of a run uses fold_in(seed, i)); "
                                                       "a nonzero one is compared with the base-seed results (--compare)"}),
-    (("--tasks",), {"nargs": "+", "default": None, "help": f"tasks to train (default: the mode's; known: {', '.join(TASKS)})"}),
+    common.TASKS_FLAG,
     (("--compare",), {"type": str, "default": "experiments/results/lr_batch/results.json",
                       "help": "results.json of the base-seed run the tuned B_crit is compared with when --seed is nonzero"}),
 )
@@ -67,11 +67,7 @@ def task_lrs(task: str, s: dict) -> tuple:
 
 def settings(args) -> dict:
     s = _mode_settings(args)
-    if args.tasks:
-        unknown = [t for t in args.tasks if t not in TASKS]
-        if unknown:
-            raise SystemExit(f"--tasks: unknown {unknown}; known: {', '.join(TASKS)}")
-        s["tasks"] = tuple(args.tasks)
+    s["tasks"] = common.chosen_tasks(args.tasks, s["tasks"])
     s["cfg"] = {**s["cfg"], "seed": int(args.seed)}
     return s
 
