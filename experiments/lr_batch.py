@@ -25,6 +25,9 @@ learning phase on so every run logs the step-size signal).  From each grid:
     python experiments/lr_batch.py --quick --tasks reacher_sparse_spring --out experiments/results/lr_batch_reacher
     python experiments/lr_batch.py --quick --tasks pointmass_reach_dense --out experiments/results/lr_batch_dense
     python experiments/lr_batch.py --quick --tasks reacher_hold --out experiments/results/lr_batch_reacher_hold
+    # the same at twice the budget (B = 1024 reached the target at no lr in 600k env steps; 1e-4 was never best)
+    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --out experiments/results/lr_batch_reacher_hold_long
     python experiments/calibration.py --quick   # every task's grid side by side (trains nothing)
 
 Quick mode no longer trains the terminal variant (``pointmass_reach_terminal``): its success is
@@ -58,6 +61,11 @@ EXTRA_FLAGS = (
     common.TASKS_FLAG,
     (("--compare",), {"type": str, "default": "experiments/results/lr_batch/results.json",
                       "help": "results.json of the base-seed run the tuned B_crit is compared with when --seed is nonzero"}),
+    (("--total-steps",), {"type": int, "default": None,
+                          "help": "env steps per seed of every run (default: the mode's; raise it when the largest "
+                                  "B cannot reach the target within the budget)"}),
+    (("--lrs",), {"type": float, "nargs": "+", "default": None,
+                  "help": "learning rates of the grid (default: the mode's, widened per task)"}),
 )
 
 
@@ -69,6 +77,14 @@ def settings(args) -> dict:
     s = _mode_settings(args)
     s["tasks"] = common.chosen_tasks(args.tasks, s["tasks"])
     s["cfg"] = {**s["cfg"], "seed": int(args.seed)}
+    if args.total_steps is not None:
+        if args.total_steps <= 0:
+            raise SystemExit(f"--total-steps: must be positive, got {args.total_steps}")
+        s["total_steps"] = int(args.total_steps)
+    if args.lrs is not None:
+        if any(not (lr > 0 and math.isfinite(lr)) for lr in args.lrs):
+            raise SystemExit(f"--lrs: every learning rate must be a positive number, got {args.lrs}")
+        s["lrs"], s["widen"] = tuple(sorted(set(args.lrs))), False
     return s
 
 
@@ -158,6 +174,35 @@ def online_estimates(summary: dict) -> dict:
             "tuned_by_b": {str(c["batch"]): med([c], "update_run") for c in sorted(tuned, key=lambda c: c["batch"])}}
 
 
+TARGET_LEVELS = (2 / 3, 5 / 6, 1.0, 7 / 6)  # multiples of the task's success target, re-read from the same runs
+
+
+def target_levels(sweep_dir, target: float) -> list[dict]:
+    """The tuned B_crit (90% CI, trust) and the online estimate at several success targets, from
+    the same runs (nothing is trained; nothing is written).  B_crit is a property of the point
+    of training the target marks: McCandlish et al. (2018) find it grows as the loss falls, so a
+    target that is a little higher can move it by more than the 2x the calibration allows.  Per
+    level: ``update_to_target``, the best-lr runs' estimate over the iterations before the median
+    seed reached that level (median over B), beside ``update_run`` (the whole run)."""
+    from tclock.sweep_report import summarize_sweep
+
+    rows = []
+    for m in TARGET_LEVELS:
+        level = round(float(target) * m, 3)
+        summary = summarize_sweep(sweep_dir, target=level, write=False)
+        best = {b["batch"]: b["lr"] for b in summary["lr_grid"]["best_lr"]}
+        tuned = [c for c in summary["lr_grid"]["cells"] if best.get(c["batch"]) == c["lr"]]
+
+        def med(key):
+            v = common.finite([(c.get("online_estimates_envs") or {}).get(key) for c in tuned])
+            return float(np.median(v)) if v.size else math.nan
+
+        rows.append({"target": level, "b_crit": summary["b_crit"], "b_crit_ci": summary["b_crit_ci"],
+                     "r2": summary["r2"], "trusted": summary["b_crit_trusted"], "distrust": summary["b_crit_distrust"],
+                     "reached": sorted(b for b, lr in best.items() if lr is not None), "update_to_target": med("update_to_target"), "update_run": med("update_run")})
+    return rows
+
+
 def batch_slope(by_b: dict) -> float:
     """The least-squares slope of log(estimate) against log(B): 0 when the estimate does not
     depend on the batch it is measured at, 1 when it is proportional to it (NaN with < 3 points)."""
@@ -231,12 +276,18 @@ def main(argv=None) -> dict:
                       "fixed": grid["fixed"], "best_lr": grid["best_lr"], "edge": grid["edge"],
                       "online": online_estimates(summary),
                       "cells": judge(runs, task, summary), "heatmap": "sweep_lr_heatmap.png",
-                      "label_fit": label_fit(summary)}
+                      "label_fit": label_fit(summary),
+                      "levels": target_levels(out, summary["target"])}
     return report(args, s, data, runs)
 
 
 def _ci(ci) -> str:
     return f"{fmt(ci[0])}–{fmt(ci[1])}" if ci else "—"
+
+
+def _ratio(estimate: float, b_crit: float) -> str:
+    ok = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (estimate, b_crit))
+    return f" ({fmt(estimate / b_crit)}x)" if ok else ""
 
 
 def _trust(t: dict) -> str:
@@ -380,8 +431,22 @@ def report(args, s: dict, data: dict, runs) -> dict:
     def agree_text(a):
         return "; ".join(f"{c}: {v['agree']} of {v['n']}" for c, v in a.items() if v["n"])
 
+    level_rows = [[task, fmt(lv["target"]), ", ".join(map(str, lv["reached"])) or "none",
+                   f"{fmt(lv['b_crit'])} ({_ci(lv['b_crit_ci'])})", fmt(lv["r2"]), _trust(lv),
+                   fmt(lv["update_to_target"]) + _ratio(lv["update_to_target"], lv["b_crit"]),
+                   fmt(lv["update_run"]) + _ratio(lv["update_run"], lv["b_crit"])]
+                  for task, d in data.items() for lv in d.get("levels", [])]
     body += ["## B_crit with the lr tuned per B, and at each fixed lr", "",
              md_table(["task", "fit", "B_crit envs (90% CI)", "R²", "trust"], fit_rows), "",
+             "## The same runs read at other success targets", "",
+             "B_crit marks a point of training, so it depends on the target (McCandlish et al. 2018: it grows as the "
+             "loss falls). The runs are re-read at " + ", ".join(f"{m:.3g}" for m in TARGET_LEVELS) + "x the task's "
+             "target (nothing trained): the tuned fit, and the best-lr runs' online estimate up to that level "
+             "(`update_to_target`) and over the whole run (`update_run`), median over the B that reached it. The "
+             "calibration below uses the task's own target only.", "",
+             md_table(["task", "target", "B that reached it", "tuned B_crit (90% CI)", "R²", "trust", "update_to_target",
+                       "update_run"],
+                      level_rows) if level_rows else "(not computed for this results folder)", "",
              "## The online critical batch against the lr-tuned B_crit", "",
              "Online estimates in envs (median over B of the best-lr runs; ratio to the tuned B_crit in brackets); "
              "`update_run`: the learning phase's noise per env from two disjoint halves of the envs (the estimator "
