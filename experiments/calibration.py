@@ -26,7 +26,7 @@ from common import fmt, md_table
 
 NAME = "calibration"
 INPUTS = ("experiments/results/lr_batch", "experiments/results/lr_batch_reacher", "experiments/results/lr_batch_dense",
-          "experiments/results/lr_batch_reacher_hold")
+          "experiments/results/lr_batch_reacher_hold_long")  # reach-and-hold at 1.2M env steps (600k: lr_batch_reacher_hold)
 SEED_RERUNS = ("experiments/results/lr_batch_seed1",)
 # What each task varies, for the table: the issue asks for >= 3 tasks, one a second physical system
 # and one with a different reward structure.
