@@ -34,7 +34,7 @@ TASKS = common.TASKS
 
 def settings(args) -> dict:
     s = _mode_settings(args)
-    s["tasks"] = common.chosen_tasks(getattr(args, "tasks", None), s["tasks"])
+    s["tasks"] = common.chosen_tasks(args.tasks, s["tasks"])
     return s
 
 

@@ -156,20 +156,31 @@ def run_signal(records: list[dict], config: dict) -> float:
 ESTIMATORS = ("update_run", "gradient_run", "b_simple")  # the learning phase's noise, the gradient's per env, i.i.d.
 
 
+def best_lr_cells(summary: dict) -> list[dict]:
+    """The grid's cells at the best lr of each B that reached the target."""
+    best = {b["batch"]: b["lr"] for b in summary["lr_grid"]["best_lr"]}
+    return [c for c in summary["lr_grid"]["cells"] if best.get(c["batch"]) == c["lr"]]
+
+
+def med(cells: list[dict], key: str) -> float:
+    """Median over ``cells`` of an online estimate (envs): ``b_simple`` or a key of
+    ``online_estimates_envs``; NaN when none is finite."""
+    v = common.finite([c["b_simple_envs"] if key == "b_simple" else (c.get("online_estimates_envs") or {}).get(key)
+                       for c in cells])
+    return float(np.median(v)) if v.size else math.nan
+
+
+def ratio(estimate: float, b_crit: float) -> float:
+    """``estimate / b_crit``; NaN unless both are finite and positive."""
+    ok = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (estimate, b_crit))
+    return estimate / b_crit if ok else math.nan
+
+
 def online_estimates(summary: dict) -> dict:
     """Per estimator, the median over B of the online critical batch (envs) of the best-lr runs,
     and of the lr 1e-3 runs (the default sweep's lr) beside it."""
-    grid = summary["lr_grid"]
-    best = {b["batch"]: b["lr"] for b in grid["best_lr"]}
-
-    def med(cells, key):
-        vals = [c["b_simple_envs"] if key == "b_simple" else (c.get("online_estimates_envs") or {}).get(key)
-                for c in cells]
-        v = common.finite(vals)
-        return float(np.median(v)) if v.size else math.nan
-
-    tuned = [c for c in grid["cells"] if best.get(c["batch"]) == c["lr"]]
-    default = [c for c in grid["cells"] if math.isclose(c["lr"], 1e-3)]
+    tuned = best_lr_cells(summary)
+    default = [c for c in summary["lr_grid"]["cells"] if math.isclose(c["lr"], 1e-3)]
     return {"tuned": {k: med(tuned, k) for k in ESTIMATORS}, "lr_1e-03": {k: med(default, k) for k in ESTIMATORS},
             "tuned_by_b": {str(c["batch"]): med([c], "update_run") for c in sorted(tuned, key=lambda c: c["batch"])}}
 
@@ -177,29 +188,25 @@ def online_estimates(summary: dict) -> dict:
 TARGET_LEVELS = (2 / 3, 5 / 6, 1.0, 7 / 6)  # multiples of the task's success target, re-read from the same runs
 
 
-def target_levels(sweep_dir, target: float) -> list[dict]:
+def target_levels(sweep_dir, summary: dict) -> list[dict]:
     """The tuned B_crit (90% CI, trust) and the online estimate at several success targets, from
-    the same runs (nothing is trained; nothing is written).  B_crit is a property of the point
-    of training the target marks: McCandlish et al. (2018) find it grows as the loss falls, so a
-    target that is a little higher can move it by more than the 2x the calibration allows.  Per
-    level: ``update_to_target``, the best-lr runs' estimate over the iterations before the median
-    seed reached that level (median over B), beside ``update_run`` (the whole run)."""
+    the same runs (nothing is trained; nothing is written; the task's own target reuses
+    ``summary``).  B_crit is a property of the point of training the target marks: McCandlish
+    et al. (2018) find it grows as the loss falls, so a target that is a little higher can move it
+    by more than the 2x the calibration allows.  Per level: ``update_to_target``, the best-lr runs'
+    estimate over the iterations before the median seed reached that level (median over B), beside
+    ``update_run`` (the whole run)."""
     from tclock.sweep_report import summarize_sweep
 
     rows = []
     for m in TARGET_LEVELS:
-        level = round(float(target) * m, 3)
-        summary = summarize_sweep(sweep_dir, target=level, write=False)
-        best = {b["batch"]: b["lr"] for b in summary["lr_grid"]["best_lr"]}
-        tuned = [c for c in summary["lr_grid"]["cells"] if best.get(c["batch"]) == c["lr"]]
-
-        def med(key):
-            v = common.finite([(c.get("online_estimates_envs") or {}).get(key) for c in tuned])
-            return float(np.median(v)) if v.size else math.nan
-
-        rows.append({"target": level, "b_crit": summary["b_crit"], "b_crit_ci": summary["b_crit_ci"],
-                     "r2": summary["r2"], "trusted": summary["b_crit_trusted"], "distrust": summary["b_crit_distrust"],
-                     "reached": sorted(b for b, lr in best.items() if lr is not None), "update_to_target": med("update_to_target"), "update_run": med("update_run")})
+        level = round(float(summary["target"]) * m, 3)
+        at = summary if m == 1.0 else summarize_sweep(sweep_dir, target=level, write=False)
+        tuned = best_lr_cells(at)
+        rows.append({"target": level, "b_crit": at["b_crit"], "b_crit_ci": at["b_crit_ci"], "r2": at["r2"],
+                     "trusted": at["b_crit_trusted"], "distrust": at["b_crit_distrust"],
+                     "reached": sorted(b["batch"] for b in at["lr_grid"]["best_lr"] if b["lr"] is not None),
+                     "update_to_target": med(tuned, "update_to_target"), "update_run": med(tuned, "update_run")})
     return rows
 
 
@@ -277,7 +284,7 @@ def main(argv=None) -> dict:
                       "online": online_estimates(summary),
                       "cells": judge(runs, task, summary), "heatmap": "sweep_lr_heatmap.png",
                       "label_fit": label_fit(summary),
-                      "levels": target_levels(out, summary["target"])}
+                      "levels": target_levels(out, summary)}
     return report(args, s, data, runs)
 
 
@@ -286,8 +293,8 @@ def _ci(ci) -> str:
 
 
 def _ratio(estimate: float, b_crit: float) -> str:
-    ok = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (estimate, b_crit))
-    return f" ({fmt(estimate / b_crit)}x)" if ok else ""
+    r = ratio(estimate, b_crit)
+    return f" ({fmt(r)}x)" if math.isfinite(r) else ""
 
 
 def _trust(t: dict) -> str:
@@ -358,7 +365,7 @@ def calibration(data: dict) -> tuple[list, dict]:
         row = [task, f"{fmt(b)} ({_ci(d['tuned']['b_crit_ci'])})", f"{fmt(f.get('b_crit'))} ({_ci(f.get('b_crit_ci'))})"]
         for k in ESTIMATORS:
             v = d["online"]["tuned"][k]
-            r = v / b if isinstance(b, (int, float)) and math.isfinite(b) and b > 0 and math.isfinite(v) else math.nan
+            r = ratio(v, b)
             within[k].append(bool(math.isfinite(r) and 0.5 <= r <= 2.0 and d["tuned"].get("trusted", True)))
             row.append(f"{fmt(v)} ({fmt(r)}x)")
         rows.append(row)
