@@ -28,6 +28,13 @@ learning phase on so every run logs the step-size signal).  From each grid:
     # the same at twice the budget (B = 1024 reached the target at no lr in 600k env steps; 1e-4 was never best)
     python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
         --out experiments/results/lr_batch_reacher_hold_long
+    # its reproducibility from base seed 1, and both grids pooled into one of 6 seeds (trains nothing)
+    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --seed 1 --compare experiments/results/lr_batch_reacher_hold_long/results.json \
+        --out experiments/results/lr_batch_reacher_hold_long_seed1
+    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --pool experiments/results/lr_batch_reacher_hold_long experiments/results/lr_batch_reacher_hold_long_seed1 \
+        --out experiments/results/lr_batch_reacher_hold_pooled
     python experiments/calibration.py --quick   # every task's grid side by side (trains nothing)
 
 Quick mode no longer trains the terminal variant (``pointmass_reach_terminal``): its success is
@@ -64,6 +71,10 @@ EXTRA_FLAGS = (
     (("--total-steps",), {"type": int, "default": None,
                           "help": "env steps per seed of every run (default: the mode's; raise it when the largest "
                                   "B cannot reach the target within the budget)"}),
+    (("--pool",), {"type": str, "nargs": "+", "default": None,
+                   "help": "results folders of grids trained with different --seed (same sizes, lrs and steps): "
+                           "trains nothing, pools their runs into one grid of all their seeds "
+                           "(tclock.sweep_pool) and analyses that"}),
     (("--lrs",), {"type": float, "nargs": "+", "default": None,
                   "help": "learning rates of the grid (default: the mode's, widened per task)"}),
 )
@@ -85,6 +96,15 @@ def settings(args) -> dict:
         if any(not (lr > 0 and math.isfinite(lr)) for lr in args.lrs):
             raise SystemExit(f"--lrs: every learning rate must be a positive number, got {args.lrs}")
         s["lrs"], s["widen"] = tuple(sorted(set(args.lrs))), False
+    if args.pool is not None:
+        if len(args.pool) < 2:
+            raise SystemExit(f"--pool: give at least two results folders, got {args.pool}")
+        for d in args.pool:
+            for task in s["tasks"]:
+                if not (common.repo_path(d) / "runs" / task).is_dir():
+                    raise SystemExit(f"--pool: {d} has no runs/{task}; pool folders made by this script "
+                                     "with the same --tasks (their runs/ are kept locally, not committed)")
+        s["pooled_from"] = list(args.pool)
     return s
 
 
@@ -253,6 +273,20 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
     return rows
 
 
+def pooled_grid(task: str, sources: list[str], runs) -> dict:
+    """One task's grid pooled from the runs of several results folders (``--pool``); its summary."""
+    from tclock.sweep_pool import pool_sweeps
+    from tclock.sweep_report import summarize_sweep
+
+    dirs = [common.repo_path(d) / "runs" / task for d in sources]
+    common.say(f"grid {task}: pooling the seeds of {[str(d) for d in dirs]}")
+    if (runs / task).exists():
+        import shutil
+
+        shutil.rmtree(runs / task)
+    return summarize_sweep(pool_sweeps(dirs, runs / task))
+
+
 def train_grid(task: str, s: dict, runs) -> dict:
     """Trains (or, for finished runs, reuses) one task's grid; returns its sweep summary."""
     from tclock.config import defaults_for
@@ -275,7 +309,8 @@ def main(argv=None) -> dict:
     data: dict = {}
     for task in s["tasks"]:
         out = runs / task
-        summary = train_grid(task, s, runs)
+        summary = pooled_grid(task, args.pool, runs) if args.pool else train_grid(task, s, runs)
+        s["seeds"] = summary["runs"][0]["seeds"] if summary["runs"] else s["seeds"]
         grid = summary["lr_grid"]
         data[task] = {"dir": str(out.relative_to(common.ROOT)) if out.is_relative_to(common.ROOT) else str(out),
                       "tuned": {"b_crit": summary["b_crit"], "b_crit_ci": summary["b_crit_ci"], "r2": summary["r2"],

@@ -186,6 +186,19 @@ def _yaml_keys(path) -> list:
     return list(read_yaml(path)) if path else []
 
 
+def cmd_pool(args) -> int:
+    from tclock.sweep_pool import PoolError, pool_sweeps
+    from tclock.sweep_report import format_summary, summarize_sweep
+
+    try:
+        out = pool_sweeps(args.sweeps, args.out)
+    except PoolError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(format_summary(summarize_sweep(out)))
+    return EXIT_OK
+
+
 def cmd_profile(args) -> int:
     from tclock.profile import format_profile, profile
 
@@ -271,6 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train batch sizes that diverged in an earlier run of this sweep again (default: keep them "
                         "as failed)")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("pool", help="pool sweeps trained with different --seed into one sweep of all their "
+                                    "seeds, and summarise it")
+    p.add_argument("sweeps", nargs="+", help="sweep directories (the same batch sizes, lrs and config, "
+                                             "different base seeds)")
+    p.add_argument("--out", required=True, help="new directory for the pooled sweep")
+    p.set_defaults(func=cmd_pool)
 
     p = sub.add_parser("profile", help="pre-flight latency profile: rollout time vs batch size, RT/UT estimate")
     add_config_flags(p)

@@ -56,6 +56,24 @@ def test_script_runs_and_writes_table_json_and_pngs(name, tmp_path):
     assert not list(out.rglob("checkpoints")), "results keep metrics, not model checkpoints"
 
 
+def test_lr_batch_pools_grids_of_two_base_seeds(tmp_path):
+    outs = [tmp_path / "s0", tmp_path / "s1"]
+    for seed, out in enumerate(outs):
+        proc = _run([EXPERIMENTS / "lr_batch.py", "--quick", "--smoke", "--seed", seed, "--out", out])
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    pooled = tmp_path / "pooled"
+    proc = _run([EXPERIMENTS / "lr_batch.py", "--quick", "--smoke", "--pool", *outs, "--out", pooled])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((pooled / "results.json").read_text(encoding="utf-8"))
+    assert results["settings"]["seeds"] == 4 and results["settings"]["pooled_from"] == [str(o) for o in outs]
+    summary = json.loads((pooled / "runs" / "pointmass_reach" / "summary.json").read_text(encoding="utf-8"))
+    parts = [json.loads((o / "runs" / "pointmass_reach" / "summary.json").read_text(encoding="utf-8")) for o in outs]
+    for row, a, b in zip(summary["runs"], parts[0]["runs"], parts[1]["runs"]):
+        assert row["final_metric_per_seed"] == a["final_metric_per_seed"] + b["final_metric_per_seed"]
+    refused = _run([EXPERIMENTS / "lr_batch.py", "--quick", "--smoke", "--pool", outs[0], "--out", tmp_path / "x"])
+    assert refused.returncode != 0 and "--pool" in refused.stderr
+
+
 def test_make_results_regenerates_committed_results_md(tmp_path):
     first, second = tmp_path / "a.md", tmp_path / "b.md"
     for target in (first, second):
