@@ -172,7 +172,9 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, mesh: RunMesh, on_iterat
         compiled, fresh_compile_s = cache.get(batch)
         if prev_learn_start is not None:
             prev_learn_start += fresh_compile_s  # a compile is not part of the update interval
-        update = compiled.update_gdc if cfg.gdc_every > 0 and number % cfg.gdc_every == 0 else compiled.update_plain
+        measure = cfg.gdc_every > 0 and (number % cfg.gdc_every == 0
+                                         or (controller is not None and controller.wants_estimate))
+        update = compiled.update_gdc if measure else compiled.update_plain
         lr = jnp.float32(lr_clock.lr(env_steps, book.wall())
                          * lr_multiplier(cfg.lr_scaling, batch, cfg.lr_base_envs, b_noise))
         state, roll_m, upd_m, clocks, prev_learn_start = timed_iteration(compiled.rollout, update, state, lr,

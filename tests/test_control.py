@@ -407,6 +407,23 @@ def test_critical_drbs_steps_towards_the_estimate_with_hysteresis():
     assert c.batch_size == 32  # no estimate, no move
 
 
+def test_critical_drbs_asks_for_estimates_until_it_may_decide_at_a_size():
+    """The probe: after the start and after every move the controller wants an estimate on every
+    iteration until ``min_estimates`` are in at that size; then it leaves the cadence to gdc_every."""
+    from tclock.control import CriticalBatchController, DRBSController
+
+    c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=1)
+    wants = [c.wants_estimate]
+    for b in (None, 1000, None, 1000, 60, 60, 60):  # hold at 1024 (within 1.5x of 1000), then move
+        c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
+        wants.append(c.wants_estimate)
+    assert [m.size for m in c.history] == [64]
+    # start: wants until 2 estimates are in (a plain iteration changes nothing); after the hold it no
+    # longer asks; the move to 64 (at the first 60) makes it ask again until 2 are in at 64
+    assert wants == [True, True, True, True, False, True, True, False]
+    assert not DRBSController(base=64, min=32, max=128).wants_estimate  # RT/UT reads no estimate
+
+
 def test_critical_drbs_judges_a_size_only_on_the_estimates_made_at_it():
     """After a move the estimates of the old size no longer count: the run's own windowed
     b_crit_online_envs spans sizes, and the estimate grows with the batch early in a run."""

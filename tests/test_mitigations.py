@@ -126,3 +126,6 @@ def test_drbs_steered_by_the_critical_batch_moves_towards_its_target(tmp_path):
     assert {r["num_envs"] for r in records} <= set(drbs_ladder(cfg))
     assert max(r["compiled_sizes"] for r in records) <= len(drbs_ladder(cfg))
     assert moves >= 1  # the estimate on this task is far from 32 envs at some point
+    firsts = [r for i, r in enumerate(records) if i == 0 or records[i - 1]["num_envs"] != r["num_envs"]]
+    assert all(r.get("gdc") is not None for r in firsts)  # the probe: a new size is measured at once,
+    assert any(r["iteration"] % cfg.gdc_every for r in firsts)  # off the gdc_every cadence

@@ -204,6 +204,13 @@ class LadderController:
         return self._ladder
 
     @property
+    def wants_estimate(self) -> bool:
+        """Whether the next iteration should measure the noise whatever ``gdc_every`` says (the
+        controller is waiting for estimates before it may decide); False for a controller that
+        does not read them."""
+        return False
+
+    @property
     def history(self) -> tuple:
         """Every change so far, oldest first."""
         return tuple(self._history)

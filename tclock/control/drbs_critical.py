@@ -17,7 +17,11 @@ task needs.  This one steers by the quantity the S-E relation is about:
   run that had just moved down near its old size; or, once the run has timed iterations at two or more ladder
   sizes and ``t(B) = a + k B`` has positive terms, the wall-clock optimum
   ``B* = sqrt(b a / k)`` (McCandlish et al. 2018; :func:`tclock.critical.wallclock_optimum`);
-* every ``min_estimates`` new estimates at the current size it compares B with the target:
+* every ``min_estimates`` new estimates at the current size it compares B with the target
+  (until they are in, :attr:`CriticalBatchController.wants_estimate` asks the loop to measure on
+  every iteration, whatever ``gdc_every`` says: at the default cadence of 8 a decision would
+  otherwise wait 24 iterations, most of a short budget when they are at a large B; the extra
+  measured iterations come only after a start or a move, so they are bounded by the ladder):
   B > ``band`` x target or B < target / ``band`` -> move, else hold (the hysteresis band keeps a
   noisy estimate from making the size oscillate);
 * a move goes straight to the ladder size nearest the target on a log scale (below the current
@@ -86,6 +90,13 @@ class CriticalBatchController(LadderController):
         self._b: float | None = None
         self._times: dict[int, list[float]] = {}
         self._history: list[Move] = []
+
+    @property
+    def wants_estimate(self) -> bool:
+        """True until ``min_estimates`` estimates are in at the current size: the loop then
+        measures on every iteration (the probe), so a decision at a new size waits
+        ``min_estimates`` iterations, not ``min_estimates x gdc_every``."""
+        return self._seen < self._min_estimates
 
     # ------------------------------------------------------------------ the target
     def ratio_mean(self) -> float | None:
