@@ -88,7 +88,7 @@ class TrainConfig:
     drbs_precompile: bool = False  # compile every ladder size before training starts
     drbs_signal: str = "critical"  # critical: steer to the online critical batch / B*; rt_ut: the write-up's ratio rule
     drbs_band: float = 1.5  # critical: hold while B is within this factor of the target either way
-    drbs_estimates: int = 3  # critical: new critical-batch estimates at a size before the next move
+    drbs_estimates: int = 3  # critical: new critical-batch estimates at a size before the next move (after a start or a move the noise is measured on every iteration until they are in)
     # mitigations: update rhythm on the wall clock (PURM)
     purm: bool = False
     purm_t_base: float = 3.0
