@@ -7,7 +7,8 @@ comparable): fixed B at every size of the ladder (the default sweep's 32..1024),
 largest size, then the same two starts with ``lr_scaling noise``.  Every run: 3 seeds, the same
 env-step budget, the half learning phase on (the online estimate then comes from the update's
 noise), diagnostics every 2 iterations so that a run starting at B = 1024 (18 iterations in the
-budget) can move.
+budget) can move (a DRBS run also measures on every iteration after its start and after each move
+until ``drbs_estimates`` = 2 estimates are in: the controller's probe).
 
 Reported: wall seconds and env steps to the success target (0.5, trailing mean over 16k env
 steps, median over seeds; ``experiments/mitigations.py``'s rule), each DRBS run's ratio to the best
@@ -82,6 +83,16 @@ def without_compiles(records: list[dict]) -> list[dict]:
     return [{**r, "wall_s": r["wall_s"] - c} for r, c in zip(records, spent)]
 
 
+def first_move_wall(records: list[dict]) -> float:
+    """Loop seconds (compiles excluded) of the iterations at the start size before the first DRBS
+    move: what a run pays before the controller may act (NaN for a run that never moves)."""
+    for r in without_compiles(records):
+        nxt = r.get("drbs_next_num_envs")
+        if nxt is not None and nxt != r["num_envs"]:
+            return float(r["wall_s"])
+    return math.nan
+
+
 def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
     from tclock import runlog
     from tclock.config import defaults_for
@@ -99,7 +110,8 @@ def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
     return {"E_median": median_inf(e), "wall_median": median_inf(w), "wall_with_compiles_median": median_inf(w_with),
             "compile_s_in_loop": float(compile_seconds(records).sum()), "n_reached": int(sum(map(math.isfinite, e))),
             "seeds": len(e), "sizes_visited": sorted(set(sizes)), "final_size": sizes[-1] if sizes else None,
-            "iterations": len(records), "config": runlog.read_config(cfg.out).get("lr_scaling")}
+            "iterations": len(records), "config": runlog.read_config(cfg.out).get("lr_scaling"),
+            "first_move_wall": first_move_wall(records)}
 
 
 def main(argv=None) -> dict:
@@ -122,8 +134,10 @@ def report(args, s: dict, data: dict) -> dict:
             ratio = r["wall_median"] / walls[best] if best and math.isfinite(r["wall_median"]) else math.nan
             if name.startswith("drbs"):
                 within.append((task, name, ratio))
+            first = r.get("first_move_wall", math.nan) / walls[best] if best else math.nan
             rows.append([task, name, f"{r['n_reached']}/{r['seeds']}", fmt(r["E_median"]), fmt(r["wall_median"]),
-                         fmt(ratio) + ("  (best fixed)" if name == best else ""), fmt(r["wall_with_compiles_median"]),
+                         fmt(ratio) + ("  (best fixed)" if name == best else ""),
+                         fmt(first) if math.isfinite(first) else "—", fmt(r["wall_with_compiles_median"]),
                          fmt(r["compile_s_in_loop"]), str(r["sizes_visited"]), str(r["final_size"])])
         ax = axes[0][i]
         xs = [int(n.split("_")[1]) for n in fixed]
@@ -142,10 +156,12 @@ def report(args, s: dict, data: dict) -> dict:
     body += ["## Wall time to target: DRBS (critical batch) vs fixed B, side by side", "",
              "`wall`: loop seconds to target without compilation (a fixed run compiles before its loop; a DRBS move "
              "to a new ladder size compiles inside it, and those seconds are subtracted); `with compiles`: the loop "
-             "seconds as logged; `compile s`: what the moves compiled (CPU, 3 programs per size with the half phase).",
+             "seconds as logged; `compile s`: what the moves compiled (CPU, 3 programs per size with the half phase); "
+             "`before first move`: the loop seconds spent at the start size before DRBS first moved, over the best "
+             "fixed B's wall to target (a floor under the ratio from that start: the controller cannot act sooner).",
              "",
              md_table(["task", "run", "seeds reached", "E median", "wall median s", "wall / best fixed",
-                       "wall with compiles", "compile s", "sizes visited", "final B"], rows), ""]
+                       "before first move / best fixed", "wall with compiles", "compile s", "sizes visited", "final B"], rows), ""]
     for prefix, what in (("drbs_from", "DRBS, fixed lr"), ("drbs_lr_from", "DRBS with lr_scaling noise")):
         got = [(t, n, r) for t, n, r in within if n.startswith(prefix)]
         ok = [r for _, _, r in got if math.isfinite(r) and r <= 1.2]
