@@ -39,7 +39,8 @@ KIND = {"pointmass_reach": "point mass, sparse reward (the default task)",
         "reacher_sparse": "two-link reacher, sparse reward"}
 EXTRA_FLAGS = (
     (("--inputs",), {"nargs": "+", "default": list(INPUTS),
-                     "help": "lr_batch results folders (each with results.json); later folders win on a task name"}),
+                     "help": "lr_batch results folders (each with results.json); where several hold a task, the "
+                             "one with the most seeds wins, the later one on a tie"}),
     (("--seeds-from",), {"nargs": "*", "default": list(SEED_RERUNS),
                          "help": "lr_batch results folders of seed reruns (their reproducibility rows are listed)"}),
 )
@@ -57,15 +58,19 @@ def read_results(folder: str, flag: str) -> dict | None:
 
 
 def load(folders) -> tuple[dict, dict]:
-    """Every task's lr_batch ``data`` entry, and the folder it came from."""
-    data, source = {}, {}
+    """Every task's lr_batch ``data`` entry, and the folder it came from: where several folders
+    hold a task, the grid with the most seeds per cell (a pooled one, ``lr_batch.py --pool``), the
+    later folder on a tie."""
+    data, source, seeds = {}, {}, {}
     for folder in folders:
         results = read_results(folder, "--inputs")
         if results is None:
             raise SystemExit(f"--inputs: {common.repo_path(folder) / 'results.json'} does not exist; run "
                              "experiments/lr_batch.py for it first (its docstring has the commands)")
+        n = int((results.get("settings") or {}).get("seeds") or 0)
         for task, d in results["data"].items():
-            data[task], source[task] = d, str(folder)
+            if n >= seeds.get(task, 0):
+                data[task], source[task], seeds[task] = d, str(folder), n
     return data, source
 
 
