@@ -25,9 +25,13 @@ import lr_batch
 from common import fmt, md_table
 
 NAME = "calibration"
+# Where a task has grids from two base seeds, the pooled one (6 seeds per cell) is read: load() takes
+# the grid with the most seeds.  reach-and-hold at 1.2M env steps (600k: lr_batch_reacher_hold).
 INPUTS = ("experiments/results/lr_batch", "experiments/results/lr_batch_reacher", "experiments/results/lr_batch_dense",
-          "experiments/results/lr_batch_reacher_hold_long")  # reach-and-hold at 1.2M env steps (600k: lr_batch_reacher_hold)
-SEED_RERUNS = ("experiments/results/lr_batch_seed1",)
+          "experiments/results/lr_batch_dense_pooled", "experiments/results/lr_batch_reacher_hold_long",
+          "experiments/results/lr_batch_reacher_hold_pooled")
+SEED_RERUNS = ("experiments/results/lr_batch_seed1", "experiments/results/lr_batch_dense_seed1",
+               "experiments/results/lr_batch_reacher_hold_long_seed1")
 # What each task varies, for the table: the issue asks for >= 3 tasks, one a second physical system
 # and one with a different reward structure.
 KIND = {"pointmass_reach": "point mass, sparse reward (the default task)",

@@ -25,16 +25,24 @@ learning phase on so every run logs the step-size signal).  From each grid:
     python experiments/lr_batch.py --quick --tasks reacher_sparse_spring --out experiments/results/lr_batch_reacher
     python experiments/lr_batch.py --quick --tasks pointmass_reach_dense --out experiments/results/lr_batch_dense
     python experiments/lr_batch.py --quick --tasks reacher_hold --out experiments/results/lr_batch_reacher_hold
-    # the same at twice the budget (B = 1024 reached the target at no lr in 600k env steps; 1e-4 was never best)
-    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+    # the same at twice the budget (B = 1024 reached the target at no lr in 600k env steps); first trained
+    # without 1e-4 (never best at 600k), which was added with --resume once the pooled grid's best lr at
+    # B = 32 sat at 3e-4, the grid's edge
+    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 1e-4 3e-4 1e-3 3e-3 1e-2 3e-2 \
         --out experiments/results/lr_batch_reacher_hold_long
     # its reproducibility from base seed 1, and both grids pooled into one of 6 seeds (trains nothing)
-    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 1e-4 3e-4 1e-3 3e-3 1e-2 3e-2 \
         --seed 1 --compare experiments/results/lr_batch_reacher_hold_long/results.json \
         --out experiments/results/lr_batch_reacher_hold_long_seed1
-    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+    python experiments/lr_batch.py --quick --tasks reacher_hold --total-steps 1200000 --lrs 1e-4 3e-4 1e-3 3e-3 1e-2 3e-2 \
         --pool experiments/results/lr_batch_reacher_hold_long experiments/results/lr_batch_reacher_hold_long_seed1 \
         --out experiments/results/lr_batch_reacher_hold_pooled
+    # the dense-reward task from base seed 1, and pooled with base seed 0
+    python experiments/lr_batch.py --quick --tasks pointmass_reach_dense --seed 1 \
+        --compare experiments/results/lr_batch_dense/results.json --out experiments/results/lr_batch_dense_seed1
+    python experiments/lr_batch.py --quick --tasks pointmass_reach_dense \
+        --pool experiments/results/lr_batch_dense experiments/results/lr_batch_dense_seed1 \
+        --out experiments/results/lr_batch_dense_pooled
     python experiments/calibration.py --quick   # every task's grid side by side (trains nothing)
 
 Quick mode no longer trains the terminal variant (``pointmass_reach_terminal``): its success is
