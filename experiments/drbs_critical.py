@@ -84,9 +84,10 @@ def without_compiles(records: list[dict]) -> list[dict]:
 
 
 def first_move_wall(records: list[dict]) -> float:
-    """Loop seconds (compiles excluded) of the iterations at the start size before the first DRBS
-    move: what a run pays before the controller may act (NaN for a run that never moves)."""
-    for r in without_compiles(records):
+    """Loop seconds of the iterations at the start size before the first DRBS move, from records
+    whose ``wall_s`` excludes compiles (:func:`without_compiles`): what a run pays before the
+    controller may act (NaN for a run that never moves)."""
+    for r in records:
         nxt = r.get("drbs_next_num_envs")
         if nxt is not None and nxt != r["num_envs"]:
             return float(r["wall_s"])
@@ -105,13 +106,14 @@ def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
     records = common.train_run(cfg, resume=True)
     common.drop_checkpoints(cfg.out)
     e, w_with = to_target(records, target)
-    _, w = to_target(without_compiles(records), target)
+    plain = without_compiles(records)
+    _, w = to_target(plain, target)
     sizes = [r["num_envs"] for r in records]
     return {"E_median": median_inf(e), "wall_median": median_inf(w), "wall_with_compiles_median": median_inf(w_with),
             "compile_s_in_loop": float(compile_seconds(records).sum()), "n_reached": int(sum(map(math.isfinite, e))),
             "seeds": len(e), "sizes_visited": sorted(set(sizes)), "final_size": sizes[-1] if sizes else None,
             "iterations": len(records), "config": runlog.read_config(cfg.out).get("lr_scaling"),
-            "first_move_wall": first_move_wall(records)}
+            "first_move_wall": first_move_wall(plain)}
 
 
 def main(argv=None) -> dict:

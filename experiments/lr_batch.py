@@ -52,6 +52,7 @@ already high when first readable at B >= 128 (censored), so it gives neither a f
 from __future__ import annotations
 
 import math
+import shutil
 
 import numpy as np
 
@@ -289,8 +290,6 @@ def pooled_grid(task: str, sources: list[str], runs) -> dict:
     dirs = [common.repo_path(d) / "runs" / task for d in sources]
     common.say(f"grid {task}: pooling the seeds of {[str(d) for d in dirs]}")
     if (runs / task).exists():
-        import shutil
-
         shutil.rmtree(runs / task)
     return summarize_sweep(pool_sweeps(dirs, runs / task))
 
@@ -317,8 +316,11 @@ def main(argv=None) -> dict:
     data: dict = {}
     for task in s["tasks"]:
         out = runs / task
-        summary = pooled_grid(task, args.pool, runs) if args.pool else train_grid(task, s, runs)
-        s["seeds"] = summary["runs"][0]["seeds"] if summary["runs"] else s["seeds"]
+        if args.pool:
+            summary = pooled_grid(task, args.pool, runs)
+            s["seeds"] = summary["runs"][0]["seeds"]  # the report states the pooled grid's seeds
+        else:
+            summary = train_grid(task, s, runs)
         grid = summary["lr_grid"]
         data[task] = {"dir": str(out.relative_to(common.ROOT)) if out.is_relative_to(common.ROOT) else str(out),
                       "tuned": {"b_crit": summary["b_crit"], "b_crit_ci": summary["b_crit_ci"], "r2": summary["r2"],
@@ -452,8 +454,6 @@ def calibration_figure(args, data: dict) -> str:
 
 
 def report(args, s: dict, data: dict, runs) -> dict:
-    import shutil
-
     body, claims, notes, figures = [], [], [], []
     fit_rows, cell_rows, all_rows = [], [], []
     for task, d in data.items():

@@ -82,13 +82,15 @@ def _differences(a: dict, b: dict) -> list[str]:
             if a.get(k, plain.get(k)) != b.get(k, plain.get(k))]
 
 
-def _check(dirs: list[Path]) -> dict[str, list[Path]]:
+def _check(dirs: list[Path]) -> dict[str, tuple[list[Path], list[dict]]]:
+    """Every run name with its source directories and their configs, once the rules hold."""
     names = [sorted(p.name for p in discover_runs(d)) for d in dirs]
     if any(n != names[0] for n in names):
         raise PoolError("the sources hold different runs (" + "; ".join(f"{d}: {n}" for d, n in zip(dirs, names))
                         + "); pool sweeps of the same batch sizes and lrs")
-    runs = {name: [d / name for d in dirs] for name in names[0]}
-    for name, paths in runs.items():
+    runs = {}
+    for name in names[0]:
+        paths = [d / name for d in dirs]
         for p in paths:
             state = runlog.read_status(p).get("state")
             if state != "finished":
@@ -102,6 +104,7 @@ def _check(dirs: list[Path]) -> dict[str, list[Path]]:
         if len(set(base_seeds)) != len(base_seeds):
             raise PoolError(f"{name}: the sources share a base seed ({base_seeds}), so their seeds repeat; "
                             "pool sweeps trained with different --seed")
+        runs[name] = (paths, configs)
     return runs
 
 
@@ -117,9 +120,10 @@ def pool_sweeps(sources: list[str | os.PathLike], out: str | os.PathLike) -> Pat
         raise PoolError(f"out: {out} is not empty; pool into a new directory")
     runs = _check(dirs)
     out.mkdir(parents=True, exist_ok=True)
-    for name, paths in runs.items():
-        configs = [runlog.read_config(p) for p in paths]
+    total = 0
+    for name, (paths, configs) in runs.items():
         seeds = [int(c.get("seeds") or 1) for c in configs]
+        total = sum(seeds)
         records = pool_records([runlog.read_metrics(p) for p in paths], seeds, where=name)
         run = out / name
         run.mkdir()
@@ -133,8 +137,7 @@ def pool_sweeps(sources: list[str | os.PathLike], out: str | os.PathLike) -> Pat
     spec_file = dirs[0] / "sweep.yaml"
     if spec_file.exists():
         record = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
-        record.setdefault("base", {})["seeds"] = sum(int(runlog.read_config(p).get("seeds") or 1)
-                                                     for p in next(iter(runs.values())))
+        record.setdefault("base", {})["seeds"] = total
         record["pooled_from"] = [str(d) for d in dirs]
         runlog.write_text(out / "sweep.yaml", yaml.safe_dump(record, sort_keys=False))
     return out
