@@ -99,6 +99,8 @@ def main(argv=None) -> dict:
     rows = [r for d in data.values() for r in d["cells"]]
     sets = {name: lr_batch.batch_agreement(rows, keep) for name, keep in lr_batch.BATCH_SETS.items()}
     per_task = {task: lr_batch.batch_agreement(d["cells"], lr_batch.BATCH_SETS["every lr"]) for task, d in data.items()}
+    per_lr = {lr: lr_batch.batch_agreement([r for r in rows if r["lr"] == lr], lr_batch.BATCH_SETS["every lr"])
+              for lr in sorted({r["lr"] for r in rows})}
     sizes = sorted({int(b) for d in data.values() for b in (d["online"].get("tuned_by_b") or {})})
     figures = [lr_batch.calibration_figure(args, data)]
 
@@ -125,6 +127,9 @@ def main(argv=None) -> dict:
                      [[name, frac(v["above"]), frac(v["below"])] for name, v in sets.items()]), "",
             "Per task, every lr:", "",
             md_table(["task", "above", "below"], [[t, frac(v["above"]), frac(v["below"])] for t, v in per_task.items()]),
+            "", "Per lr, every task (where along the lr grid the online class misses):", "",
+            md_table(["lr", "above", "below"], [[f"{lr:g}", frac(v["above"]), frac(v["below"])]
+                                                for lr, v in per_lr.items()]),
             ""]
     seeds = seed_rows(args.seeds_from)
     if seeds:
@@ -154,7 +159,8 @@ def main(argv=None) -> dict:
                                    else "not reproduced", "labels from each task's tuned fit"))
     return common.write_outputs(args, "Calibration: the online critical batch against the sweeps", "\n".join(body),
                                 {"tasks": list(data), "sources": source, "within_2x": within, "batch_sets": sets,
-                                 "per_task": per_task}, claims, figures,
+                                 "per_task": per_task, "per_lr": {f"{lr:g}": v for lr, v in per_lr.items()}},
+                                claims, figures,
                                 settings={"inputs": list(args.inputs), "seeds_from": list(args.seeds_from)})
 
 
