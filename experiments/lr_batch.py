@@ -535,11 +535,16 @@ def report(args, s: dict, data: dict, runs) -> dict:
                                "reproduced" if ok else "inconclusive" if not doc["lr too large"]["n"]
                                else "partly" if any(v["agree"] for v in doc.values()) else "not reproduced",
                                "labels from the grid itself; 'reproduced' needs runs of the 'lr too large' class"))
+    # A task whose tuned fit is not trusted is no ground truth: a folder without one cannot refute.
+    untrusted = [t for t, d in data.items() if not d["tuned"].get("trusted")]
     for k in ESTIMATORS:
         got = within[k]
         claims.append(common.claim(f"online_{k}_vs_tuned", f"online estimate `{k}` within 2x of the lr-tuned B_crit",
                                    "— (tclock's issue 11: within 2x on >= 3 tasks)",
-                                   f"{sum(got)} of {len(got)} tasks", "reproduced" if got and all(got) and len(got) >= 3
+                                   f"{sum(got)} of {len(got)} tasks"
+                                   + (f" (fit not trusted: {', '.join(untrusted)})" if untrusted else ""),
+                                   "inconclusive" if len(untrusted) == len(got)
+                                   else "reproduced" if got and all(got) and len(got) >= 3
                                    else "partly" if any(got) else "not reproduced",
                                    "tuned B_crit: best lr per B, see the first table; ratios in the calibration table"))
     for key, (name, text) in {"online_batch_verdict": ("best lr at each B", "the best-lr run at each B"),
@@ -549,9 +554,10 @@ def report(args, s: dict, data: dict, runs) -> dict:
         claims.append(common.claim(key, f"the online critical batch alone classes {text} above / below the "
                                    "lr-tuned B_crit", "— (tclock's issue 11: >= 90% per class)",
                                    "; ".join(f"{c}: {v['agree']} of {v['n']}" for c, v in batch.items()),
-                                   "reproduced" if ok_batch else "partly" if any(v["agree"] for v in batch.values())
-                                   else "not reproduced", "labels from each task's tuned fit; online class computed "
-                                   "without the sweep"))
+                                   "inconclusive" if not all(v["n"] for v in batch.values())
+                                   else "reproduced" if ok_batch else "partly" if any(v["agree"] for v in batch.values())
+                                   else "not reproduced", "labels from each task's tuned fit (none where it is not "
+                                   "trusted); online class computed without the sweep"))
     if repro:
         rows = [[r["task"], f"{fmt(r['this']['b_crit'])} ({_ci(r['this']['b_crit_ci'])}), {_trust(r['this'])}",
                  f"{fmt(r['reference']['b_crit'])} ({_ci(r['reference']['b_crit_ci'])}), {_trust(r['reference'])}",
