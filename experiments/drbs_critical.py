@@ -28,6 +28,7 @@ import numpy as np
 import common
 from common import fmt, md_table
 from mitigations import median_inf, to_target
+from tclock.config import TrainConfig
 
 NAME = "drbs_critical"
 TASKS = common.TASKS
@@ -94,6 +95,15 @@ def first_move_wall(records: list[dict]) -> float:
     return math.nan
 
 
+def decision_floor(name: str, runs: dict, s: dict) -> float:
+    """Seconds a DRBS run must spend at its start size before its first decision:
+    ``drbs_estimates`` iterations (the probe measures each one) at the fixed run's median
+    iteration time at that size (NaN when that fixed run or its timing is missing)."""
+    start = s["sizes"][0] if name.endswith("small") else s["sizes"][-1]
+    fixed = runs.get(f"fixed_{start}") or {}
+    return s["cfg"].get("drbs_estimates", TrainConfig.drbs_estimates) * fixed.get("iteration_s_median", math.nan)
+
+
 def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
     from tclock import runlog
     from tclock.config import defaults_for
@@ -113,7 +123,8 @@ def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
             "compile_s_in_loop": float(compile_seconds(records).sum()), "n_reached": int(sum(map(math.isfinite, e))),
             "seeds": len(e), "sizes_visited": sorted(set(sizes)), "final_size": sizes[-1] if sizes else None,
             "iterations": len(records), "config": runlog.read_config(cfg.out).get("lr_scaling"),
-            "first_move_wall": first_move_wall(plain)}
+            "first_move_wall": first_move_wall(plain),
+            "iteration_s_median": float(np.median([r["rt_s"] + r["learn_s"] for r in records])) if records else math.nan}
 
 
 def main(argv=None) -> dict:
@@ -137,9 +148,11 @@ def report(args, s: dict, data: dict) -> dict:
             if name.startswith("drbs"):
                 within.append((task, name, ratio))
             first = r.get("first_move_wall", math.nan) / walls[best] if best else math.nan
+            floor = decision_floor(name, runs, s) / walls[best] if best and name.startswith("drbs") else math.nan
             rows.append([task, name, f"{r['n_reached']}/{r['seeds']}", fmt(r["E_median"]), fmt(r["wall_median"]),
                          fmt(ratio) + ("  (best fixed)" if name == best else ""),
-                         fmt(first) if math.isfinite(first) else "—", fmt(r["wall_with_compiles_median"]),
+                         fmt(first) if math.isfinite(first) else "—", fmt(floor) if math.isfinite(floor) else "—",
+                         fmt(r["wall_with_compiles_median"]),
                          fmt(r["compile_s_in_loop"]), str(r["sizes_visited"]), str(r["final_size"])])
         ax = axes[0][i]
         xs = [int(n.split("_")[1]) for n in fixed]
@@ -160,10 +173,13 @@ def report(args, s: dict, data: dict) -> dict:
              "to a new ladder size compiles inside it, and those seconds are subtracted); `with compiles`: the loop "
              "seconds as logged; `compile s`: what the moves compiled (CPU, 3 programs per size with the half phase); "
              "`before first move`: the loop seconds spent at the start size before DRBS first moved, over the best "
-             "fixed B's wall to target (a floor under the ratio from that start: the controller cannot act sooner).",
+             "fixed B's wall to target (a floor under the ratio from that start: the controller cannot act sooner); "
+             "`decision floor`: `drbs_estimates` iterations at the start size (the fixed run's median iteration "
+             "seconds there), over the best fixed B's wall: the least any run must spend before its first decision, "
+             "whatever the estimate reads.",
              "",
              md_table(["task", "run", "seeds reached", "E median", "wall median s", "wall / best fixed",
-                       "before first move / best fixed", "wall with compiles", "compile s", "sizes visited", "final B"], rows), ""]
+                       "before first move / best fixed", "decision floor / best fixed", "wall with compiles", "compile s", "sizes visited", "final B"], rows), ""]
     for prefix, what in (("drbs_from", "DRBS, fixed lr"), ("drbs_lr_from", "DRBS with lr_scaling noise")):
         got = [(t, n, r) for t, n, r in within if n.startswith(prefix)]
         ok = [r for _, _, r in got if math.isfinite(r) and r <= 1.2]
