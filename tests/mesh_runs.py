@@ -1,5 +1,5 @@
 """Runs for the device-mesh tests, in a process of its own (fake CPU devices must be set before JAX
-starts): ``python tests/mesh_runs.py OUT`` trains one small config on every mesh in :data:`MESHES`
+starts): ``python tests/mesh_runs.py OUT [PART PARTS]`` trains one small config on every mesh in :data:`MESHES`
 (run directories ``OUT/<name>``) and writes ``OUT/shardings.json``: for the mesh ``seeds=2,envs=2``,
 where each array of the state lies after one rollout and one update on it.
 """
@@ -61,18 +61,28 @@ def shardings(cfg) -> dict:
             "devices": [d.id for d in mesh.devices]}
 
 
-def main(out: str) -> None:
+def jobs(out: str) -> list:
+    """Every run and probe, as ``(function, argument)``: the runs train, the probes write JSON."""
     from tclock.loop import train
 
-    for name, mesh in MESHES.items():
-        train(config(os.path.join(out, name), mesh))
-    for name, mesh in SAC_MESHES.items():
-        train(config(os.path.join(out, name), mesh, SAC_ARGS))
-    with open(os.path.join(out, "shardings.json"), "w") as f:
-        json.dump(shardings(config(os.path.join(out, "probe"), MESHES["seeds2_envs2"])), f)
-    with open(os.path.join(out, "sac_shardings.json"), "w") as f:
-        json.dump(shardings(config(os.path.join(out, "sac_probe"), SAC_MESHES["sac_envs2"], SAC_ARGS)), f)
+    def probe(name: str, cfg) -> None:
+        with open(os.path.join(out, name), "w") as f:
+            json.dump(shardings(cfg), f)
+
+    todo = [(train, config(os.path.join(out, name), mesh)) for name, mesh in MESHES.items()]
+    todo += [(train, config(os.path.join(out, name), mesh, SAC_ARGS)) for name, mesh in SAC_MESHES.items()]
+    return todo + [(lambda cfg: probe("shardings.json", cfg), config(os.path.join(out, "probe"), MESHES["seeds2_envs2"])),
+                   (lambda cfg: probe("sac_shardings.json", cfg),
+                    config(os.path.join(out, "sac_probe"), SAC_MESHES["sac_envs2"], SAC_ARGS))]
+
+
+def main(out: str, part: int = 0, parts: int = 1) -> None:
+    """The jobs whose index is ``part`` modulo ``parts`` (the tests start the parts side by side:
+    compiling dominates and uses about one core each)."""
+    for i, (fn, arg) in enumerate(jobs(out)):
+        if i % parts == part:
+            fn(arg)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *map(int, sys.argv[2:4]))
