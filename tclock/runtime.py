@@ -66,6 +66,20 @@ def update_variants(cfg: TrainConfig) -> tuple:
 _COMPILED: dict = {}  # program_key -> (CompiledAgent, the learner spec it was built from)
 
 
+def release_compiled() -> None:
+    """Drops every compiled program this process holds (tclock's and JAX's caches) and collects
+    them.  A process that compiles hundreds of XLA executables keeps their code mapped; near the
+    kernel's ``vm.max_map_count`` XLA fails inside a later compile ("Cannot allocate memory", or
+    a crash).  Long processes (the test suite per module, experiments per run) call this between
+    pieces of work; what is dropped recompiles on next use (from the persistent compilation cache
+    when one is set)."""
+    import gc
+
+    jax.clear_caches()
+    _COMPILED.clear()
+    gc.collect()
+
+
 def _placement_key(device=None, mesh: RunMesh | None = None) -> str:
     if mesh is None:
         return str(device)

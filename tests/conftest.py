@@ -29,9 +29,9 @@ def _release_compiled_programs():
     code mappings approach the kernel's vm.max_map_count (65530 here) and XLA then crashes inside
     a later compile (seen as a segfault or an abort in the last test modules of the suite)."""
     yield
-    if "jax" in sys.modules:
-        sys.modules["jax"].clear_caches()
     runtime = sys.modules.get("tclock.runtime")
     if runtime is not None:
-        runtime._COMPILED.clear()
-    gc.collect()
+        runtime.release_compiled()
+    elif "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+        gc.collect()

@@ -30,3 +30,17 @@ def test_reregistering_a_task_recompiles_its_programs(tmp_path):
     records = runlog.read_metrics(cfg.out)
     assert records[-1]["episode_return"] == [0.0]  # the new task, not the cached one
     assert records[0]["compile_s"] > 0  # compiled afresh, and the time is logged
+
+
+def test_release_compiled_drops_the_programs_and_the_next_run_compiles_again(tmp_path):
+    cfg = TrainConfig(env="pointmass_reach", out=str(tmp_path / "first"), **TINY)
+    train(cfg)
+    held = set(runtime._COMPILED)
+    assert held
+    train(cfg.replace(out=str(tmp_path / "reused")))
+    assert set(runtime._COMPILED) == held  # the same programs, not compiled again
+    assert runlog.read_metrics(tmp_path / "reused")[0]["compile_s"] == 0
+    runtime.release_compiled()
+    assert runtime._COMPILED == {}
+    train(cfg.replace(out=str(tmp_path / "after")))
+    assert set(runtime._COMPILED) == held and runlog.read_metrics(tmp_path / "after")[0]["compile_s"] > 0
