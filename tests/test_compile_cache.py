@@ -33,6 +33,7 @@ def test_reregistering_a_task_recompiles_its_programs(tmp_path):
 
 
 def test_release_compiled_drops_the_programs_and_the_next_run_compiles_again(tmp_path):
+    runtime.release_compiled()  # whatever earlier tests left
     cfg = TrainConfig(env="pointmass_reach", out=str(tmp_path / "first"), **TINY)
     train(cfg)
     held = set(runtime._COMPILED)
