@@ -58,6 +58,7 @@ import numpy as np
 
 import common
 from common import fmt, md_table
+from tclock.runtime import release_compiled
 
 NAME = "lr_batch"
 FASTER = 0.6  # the label: a smaller lr at the same B reaches the target with <= this x the env steps
@@ -321,6 +322,7 @@ def main(argv=None) -> dict:
             s["seeds"] = summary["runs"][0]["seeds"]  # the report states the pooled grid's seeds
         else:
             summary = train_grid(task, s, runs)
+            release_compiled()  # the next task's programs are all new (runtime.release_compiled says why)
         grid = summary["lr_grid"]
         data[task] = {"dir": str(out.relative_to(common.ROOT)) if out.is_relative_to(common.ROOT) else str(out),
                       "tuned": {"b_crit": summary["b_crit"], "b_crit_ci": summary["b_crit_ci"], "r2": summary["r2"],
