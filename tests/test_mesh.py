@@ -24,6 +24,8 @@ from tclock.agents.acting import flatten_envs, unflatten_envs
 from tclock.config import ConfigError, TrainConfig, validate
 from tclock.mesh import MeshShape, parse_mesh, resolve
 
+from side_by_side import run_side_by_side  # noqa: E402
+
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import mesh_runs  # noqa: E402
@@ -131,11 +133,8 @@ def test_an_unreachable_coordinator_is_an_error_naming_the_flag_within_the_timeo
 def mesh_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("mesh")
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    parts = [subprocess.Popen([sys.executable, str(HERE / "mesh_runs.py"), str(out), str(i), "2"], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
-    for p in parts:  # two processes side by side: each run is mostly one core's compiling
-        _, err = p.communicate(timeout=900)
-        assert p.returncode == 0, err[-4000:]
+    # two halves of the jobs side by side: each run is mostly one core's compiling
+    run_side_by_side([[sys.executable, str(HERE / "mesh_runs.py"), str(out), str(i), "2"] for i in range(2)], [env] * 2)
     return out
 
 

@@ -1,7 +1,6 @@
 """Batch-size sweeps: files, resume/skip, bad input, and devices (fake CPU devices)."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -11,6 +10,8 @@ from tclock.config import ConfigError, TrainConfig
 from tclock.sweep import SweepSpec, run_sweep, sweep_configs
 
 from golden_runs import deterministic  # noqa: E402
+from side_by_side import run_side_by_side  # noqa: E402
+
 BASE = dict(unroll_length=16, num_minibatches=2, num_epochs=2, seeds=2, policy_hidden=(16,), value_hidden=(16,),
             gdc_every=2, gdc_minibatch=32, total_steps=16 * 16 * 6, target_success=0.05, progress=False)
 
@@ -112,20 +113,11 @@ print(json.dumps({"devices": len(jax.devices()), "runs": out}))
 def _sweep_subprocesses(outs_and_devices):
     """The same small sweep in one fresh process per ``(out, devices)``, run side by side."""
     base = {**BASE, "policy_hidden": [16], "value_hidden": [16], "gdc_every": 0, "total_steps": 32 * 16 * 3}
-    procs = []
-    for out, devices in outs_and_devices:
-        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-        procs.append(subprocess.Popen([sys.executable, "-c", SWEEP_SCRIPT, str(out), json.dumps(base)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        done = [p.communicate(timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, (_, err) in zip(procs, done):
-        assert p.returncode == 0, err[-3000:]
-    return [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in done]
+    outs = run_side_by_side([[sys.executable, "-c", SWEEP_SCRIPT, str(out), json.dumps(base)]
+                             for out, _ in outs_and_devices],
+                            [{**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+                             for _, devices in outs_and_devices])
+    return [json.loads(stdout.strip().splitlines()[-1]) for stdout in outs]
 
 
 @pytest.mark.slow
