@@ -96,6 +96,19 @@ def test_success_reward_hold_steps_counts_only_consecutive_hits():
         SuccessReward(PointMass(), lambda s: s.obs[2] > 0.0, hold_steps=0)
     assert envs.make("reacher_sparse", threshold=0.02, hold_steps=10).hold_steps == 10
 
+
+def test_reacher_sparse_shaped_reward_trains_on_brax_reward():
+    """``shaped_reward=True`` on the reacher trains on Brax's dense reward (-distance - control
+    cost, negative away from the target); the sparse default pays 0 there."""
+    actions = jnp.full((2,), 0.5)
+    for shaped in (True, False):
+        env = envs.make("reacher_sparse", backend="spring", threshold=0.02, shaped_reward=shaped)
+        state = jax.jit(env.step)(env.reset(jax.random.PRNGKey(0)), actions)
+        assert float(state.metrics["success"]) == 0.0
+        assert float(state.metrics["original_reward"]) < 0.0
+        expected = state.metrics["original_reward"] if shaped else 0.0
+        np.testing.assert_allclose(state.reward, expected, atol=1e-6)
+
 def _roll(benv, carry, steps, action=0.0):
     step = jax.jit(benv.step)
     outs = []

@@ -5,7 +5,7 @@
   ``radius`` of the target, else 0.  Tiny MJCF, so it steps fast on a CPU.  With
   ``shaped_reward=True`` it is trained on the dense ``-distance`` instead (success unchanged).
 * ``reacher_sparse``: Brax's ``reacher`` where reward is 1.0 while the fingertip is within
-  ``threshold`` of the target.
+  ``threshold`` of the target (``shaped_reward=True``: Brax's dense reward, success unchanged).
 * ``ant_goal_sparse``: Brax's ``ant`` that must bring its torso within ``radius`` of a goal
   drawn on a ring around the start; the goal's offset from the torso is appended to the
   observation.
@@ -92,12 +92,14 @@ def pointmass_reach(radius: float = 0.1, terminate_on_success: bool = False, sha
 
 
 def reacher_sparse(threshold: float = 0.01, terminate_on_success: bool = False, hold_steps: int = 1,
-                   **kwargs) -> SuccessReward:
+                   shaped_reward: bool = False, **kwargs) -> SuccessReward:
     """Brax reacher with reward 1.0 while the fingertip is within ``threshold`` of the target;
-    success once it has stayed there ``hold_steps`` steps in a row (:class:`SuccessReward`)."""
+    success once it has stayed there ``hold_steps`` steps in a row (:class:`SuccessReward`).
+    ``shaped_reward=True`` trains on Brax's own dense reward (-distance - control cost) instead,
+    success measured the same way."""
     # Brax's reacher observation ends with the fingertip-to-target vector (3 entries).
     return SuccessReward(Reacher(**kwargs), lambda s: jnp.linalg.norm(s.obs[-3:]) < threshold,
-                         terminate_on_success, hold_steps=hold_steps)
+                         terminate_on_success, shaped_reward, hold_steps=hold_steps)
 
 
 class AntGoal(Ant):
