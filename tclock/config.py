@@ -88,6 +88,7 @@ class TrainConfig:
     drbs_precompile: bool = False  # compile every ladder size before training starts
     drbs_signal: str = "critical"  # critical: steer to the online critical batch / B*; rt_ut: the write-up's ratio rule
     drbs_band: float = 1.5  # critical: hold while B is within this factor of the target either way
+    drbs_timing_probe: bool = True  # critical: a start above drbs_min times drbs_min after its first iteration (t(B) at two sizes, for B*) and makes its first estimates there
     drbs_estimates: int = 3  # critical: new critical-batch estimates at a size before the next move (after a start or a move the noise is measured on every iteration until they are in)
     # mitigations: update rhythm on the wall clock (PURM)
     purm: bool = False
@@ -408,7 +409,8 @@ def make_drbs_controller(cfg: TrainConfig):
     if cfg.drbs_signal == "critical":
         return CriticalBatchController(base=cfg.num_envs, min=cfg.drbs_min, max=cfg.drbs_max, step=cfg.drbs_step,
                                        band=cfg.drbs_band, min_estimates=cfg.drbs_estimates,
-                                       multiple=ladder_multiple(cfg), window=cfg.noise_window)
+                                       multiple=ladder_multiple(cfg), window=cfg.noise_window,
+                                       timing_probe=cfg.drbs_timing_probe)
     return DRBSController(base=cfg.num_envs, min=cfg.drbs_min, max=cfg.drbs_max, window=cfg.drbs_window,
                           high=cfg.drbs_high, low=cfg.drbs_low, step=cfg.drbs_step, multiple=ladder_multiple(cfg))
 

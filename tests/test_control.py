@@ -383,7 +383,8 @@ def _record(b_crit=None, num_envs=64, rt=0.01, learn=0.02):
 def test_critical_drbs_steps_towards_the_estimate_with_hysteresis():
     from tclock.control import CriticalBatchController
 
-    c = CriticalBatchController(base=256, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=2)
+    c = CriticalBatchController(base=256, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=2,
+                                timing_probe=False)
     assert c.ladder == (32, 64, 128, 256, 512, 1024)
     script = [None, 50, 50, 50, 50, 50, 50, 50, 50]  # None: a plain iteration (no estimate)
     sizes = [c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0)) for b in script]
@@ -412,7 +413,8 @@ def test_critical_drbs_asks_for_estimates_until_it_may_decide_at_a_size():
     iteration until ``min_estimates`` are in at that size; then it leaves the cadence to gdc_every."""
     from tclock.control import CriticalBatchController, DRBSController
 
-    c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=1)
+    c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=1,
+                                timing_probe=False)
     wants = [c.wants_estimate]
     for b in (None, 1000, None, 1000, 60, 60, 60):  # hold at 1024 (within 1.5x of 1000), then move
         c.observe(_record(b, num_envs=c.batch_size, rt=0.0, learn=0.0))
@@ -429,7 +431,8 @@ def test_critical_drbs_judges_a_size_only_on_the_estimates_made_at_it():
     b_crit_online_envs spans sizes, and the estimate grows with the batch early in a run."""
     from tclock.control import CriticalBatchController
 
-    c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=20)
+    c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=20,
+                                    timing_probe=False)
     for b in (300, 300):
         c.observe(_record(b, num_envs=1024, rt=0.0, learn=0.0))
     assert c.batch_size == 256  # nearest 300 below 1024
@@ -437,7 +440,8 @@ def test_critical_drbs_judges_a_size_only_on_the_estimates_made_at_it():
         c.observe(_record(b, num_envs=256, rt=0.0, learn=0.0))
     assert c.batch_size == 64 and [m.size for m in c.history] == [256, 64]
     assert c.target()[0] == pytest.approx(60)
-    again = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=20)
+    again = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=20,
+                                    timing_probe=False)
     again.load_state_dict(c.state_dict())
     again.observe(_record(200, num_envs=64, rt=0.0, learn=0.0))
     c.observe(_record(200, num_envs=64, rt=0.0, learn=0.0))
@@ -447,7 +451,8 @@ def test_critical_drbs_judges_a_size_only_on_the_estimates_made_at_it():
 def test_critical_drbs_uses_the_wall_clock_optimum_once_two_sizes_are_timed():
     from tclock.control import CriticalBatchController
 
-    c = CriticalBatchController(base=64, min=32, max=1024, step=1.0, band=1.5, min_estimates=1)
+    c = CriticalBatchController(base=64, min=32, max=1024, step=1.0, band=1.5, min_estimates=1,
+                                timing_probe=False)
     a, k = 0.05, 1e-4  # t(B) = a + k B: B* = sqrt(b a / k) = sqrt(100 * 500) ≈ 224
     c.observe(_record(100, num_envs=64, rt=0.0, learn=a + k * 64))  # 64 < 100/1.5 -> up to 128
     assert c.batch_size == 128 and c.history[-1].source == "b_crit"
@@ -458,9 +463,48 @@ def test_critical_drbs_uses_the_wall_clock_optimum_once_two_sizes_are_timed():
     c.observe(_record(100, num_envs=256, rt=0.0, learn=a + k * 256))
     assert c.batch_size == 256  # 256 is within 1.5x of 224: hold
     state = c.state_dict()
-    again = CriticalBatchController(base=64, min=32, max=1024, step=1.0, band=1.5, min_estimates=1)
+    again = CriticalBatchController(base=64, min=32, max=1024, step=1.0, band=1.5, min_estimates=1,
+                                timing_probe=False)
     again.load_state_dict(state)
     assert again.target() == c.target() and again.batch_size == 256 and again.history == c.history
+
+
+def test_critical_drbs_times_the_smallest_size_first_from_a_larger_start():
+    """The timing probe: after the first timed iteration at a start above the ladder's bottom the
+    controller moves there, makes its first estimates there, and then steers to B* from the two
+    timings: down where t(B) is mostly per-env cost (a CPU), back up where it is mostly fixed
+    cost (an accelerator).  Without the probe the same estimate holds the start size."""
+    from tclock.control import CriticalBatchController
+
+    def run(a, k, probe=True, b=1000.0):
+        c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2,
+                                    timing_probe=probe)
+        sizes = []
+        for _ in range(4):
+            n = c.batch_size
+            sizes.append(c.observe(_record(b if n == 1024 else 60.0, num_envs=n, rt=0.0, learn=a + k * n)))
+        return c, sizes
+
+    cpu, sizes = run(a=0.02, k=1e-3)  # B* = sqrt(60 * 20) ≈ 35: 32 is within 1.5x, it stays
+    assert sizes == [32, 32, 32, 32]
+    assert cpu.history[0] == (32.0, "timing_probe", 32) and len(cpu.history) == 1
+    assert cpu.target()[1] == "b_star" and cpu.target()[0] == pytest.approx((60 * 20) ** 0.5, rel=1e-6)
+    accelerator, sizes = run(a=0.02, k=1e-6)  # B* = sqrt(60 * 20000) ≈ 1095: back to 1024
+    assert sizes == [32, 32, 1024, 1024] and accelerator.history[-1].source == "b_star"
+    _, sizes = run(a=0.02, k=1e-3, probe=False)  # the estimate near the initial policy holds the start
+    assert sizes == [1024, 1024, 1024, 1024]
+    # an iteration without timings does not trigger it; a start at the bottom has nothing to probe
+    c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, min_estimates=2)
+    assert c.observe({"num_envs": 1024}) == 1024 and not c.history
+    bottom = CriticalBatchController(base=32, min=32, max=1024, step=1.0, min_estimates=2)
+    assert bottom.observe(_record(None, num_envs=32)) == 32 and not bottom.history
+    # resume: a pending probe survives the state round trip, a done one does not come back
+    again = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, min_estimates=2)
+    again.load_state_dict(c.state_dict())
+    assert again.observe(_record(None, num_envs=1024)) == 32
+    later = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, min_estimates=2)
+    later.load_state_dict(cpu.state_dict())
+    assert later.observe(_record(None, num_envs=32)) == 32 and later.history == cpu.history
 
 
 def test_critical_drbs_validation():

@@ -114,8 +114,9 @@ def test_drbs_steered_by_the_critical_batch_moves_towards_its_target(tmp_path):
     train(cfg)
     records = runlog.read_metrics(cfg.out)
     assert any(r.get("drbs_target_envs") for r in records)
+    assert records[0]["num_envs"] == 32 and records[0]["drbs_next_num_envs"] == cfg.drbs_min  # the timing probe
     moves = 0
-    for r in records:
+    for r in records[1:]:
         b, nxt, target = r["num_envs"], r["drbs_next_num_envs"], r.get("drbs_target_envs")
         if nxt != b:
             moves += 1

@@ -24,6 +24,16 @@ task needs.  This one steers by the quantity the S-E relation is about:
   measured iterations come only after a start or a move, so they are bounded by the ladder):
   B > ``band`` x target or B < target / ``band`` -> move, else hold (the hysteresis band keeps a
   noisy estimate from making the size oscillate);
+* **the timing probe** (``timing_probe``, on by default): a run that starts above the ladder's
+  smallest size moves there after its first timed iteration, before any estimate, and makes its
+  first ``min_estimates`` estimates there.  B* needs ``t(B)`` at two sizes, and without it a run
+  started at a large B can only compare B with the critical batch, which near the initial policy
+  reads about as large as the start (pointmass_reach: ~1000 envs at B = 1024), so it held there:
+  experiments/drbs_critical.py measured 1.9x the best fixed B's wall time spent at B = 1024 before
+  the first move.  The smallest size is the cheapest iteration and, far from the start, gives a
+  well-conditioned ``a`` and ``k`` (on a CPU ``a`` is a few percent of a large-B iteration, below
+  the noise of two neighbouring sizes).  The first decision then steers to B* from both timings,
+  back up when ``a`` dominates (an accelerator) and nowhere when the small size is already near B*;
 * a move goes straight to the ladder size nearest the target on a log scale (below the current
   size when shrinking, above it when growing), not one rung at a time: a run started at 32x its
   critical batch would otherwise spend ``min_estimates`` iterations at every rung on the way
@@ -52,7 +62,7 @@ class Move(NamedTuple):
     """One change: the target it steered to (envs), what the target was, the new size."""
 
     target: float
-    source: str  # "b_crit" or "b_star"
+    source: str  # "b_crit", "b_star" or "timing_probe" (target: the probed size)
     size: int
 
 
@@ -64,12 +74,15 @@ class CriticalBatchController(LadderController):
     Call :meth:`observe` once per iteration with the iteration's metrics record (it reads the
     per-seed noise estimates of :data:`tclock.online_critical.SOURCES`, ``num_envs``, ``rt_s``,
     ``learn_s``); :attr:`batch_size` is the size for the next rollout.  ``window``: at most this
-    many estimates at the current size are averaged (``noise_window``).
+    many estimates at the current size are averaged (``noise_window``).  ``timing_probe``: move to
+    the smallest ladder size after the first timed iteration when starting above it (module
+    docstring).
     """
 
     def __init__(self, base: int = 256, min: int = 64, max: int = 1024,  # noqa: A002
                  step: float = 0.25, band: float = 1.5, min_estimates: int = 3,
-                 ladder: Sequence[int] | None = None, multiple: int = 1, window: int = 20) -> None:
+                 ladder: Sequence[int] | None = None, multiple: int = 1, window: int = 20,
+                 timing_probe: bool = True) -> None:
         if not finite_number(band) or band < 1:
             raise ValueError(f"band={band!r} must be a finite number >= 1 (1.5: hold while B is within "
                              "1.5x of the target either way)")
@@ -90,6 +103,7 @@ class CriticalBatchController(LadderController):
         self._b: float | None = None
         self._times: dict[int, list[float]] = {}
         self._history: list[Move] = []
+        self._probe_pending = bool(timing_probe) and self._size > self._ladder[0]
 
     @property
     def wants_estimate(self) -> bool:
@@ -131,6 +145,10 @@ class CriticalBatchController(LadderController):
         if finite_number(rt) and finite_number(learn) and is_int(b_now):
             self._times.setdefault(int(b_now), []).append(float(rt) + float(learn))
             self._times[int(b_now)] = self._times[int(b_now)][-50:]
+            if self._probe_pending:  # the start size is timed: time the cheapest size next
+                self._probe_pending = False
+                self._change(self._ladder[0], float(self._ladder[0]), "timing_probe")
+                return self._size
         ratio = self._estimates.add(record)
         b = seed_median(ratio) if ratio is not None else None
         if b is None or b <= 0:
@@ -146,16 +164,21 @@ class CriticalBatchController(LadderController):
         elif self._size * self._band < target:
             new = self._move_towards(target, down=False, log=True)
         if new != self._size:
-            self._size, self._seen = new, 0
-            self._estimates = OnlineCriticalBatch(self._window)
-            self._history.append(Move(float(target), source, new))
+            self._change(new, float(target), source)
         return self._size
+
+    def _change(self, size: int, target: float, source: str) -> None:
+        """Moves to ``size``: the estimates start again there (judged only on its own)."""
+        self._size, self._seen = size, 0
+        self._estimates = OnlineCriticalBatch(self._window)
+        self._history.append(Move(target, source, size))
 
     # ------------------------------------------------------------------ resume
     def state_dict(self) -> dict:
         return {"batch_size": self._size, "seen": self._seen, "b": self._b, "estimates": self._estimates.state_dict(),
                 "times": {str(k): v for k, v in self._times.items()},
-                "history": [list(m) for m in self._history], "ladder": list(self._ladder)}
+                "history": [list(m) for m in self._history], "ladder": list(self._ladder),
+                "probe_pending": self._probe_pending}
 
     def load_state_dict(self, state: dict) -> None:
         try:
@@ -164,10 +187,12 @@ class CriticalBatchController(LadderController):
             b = state.get("b")
             times = {int(k): [float(x) for x in v] for k, v in (state.get("times") or {}).items()}
             history = [Move(float(t), str(src), int(s)) for t, src, s in state.get("history", [])]
+            probe_pending = bool(state.get("probe_pending", False))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"DRBS state is malformed ({e!r}); pass the dict returned by "
                              "CriticalBatchController.state_dict()") from e
         self._check_saved_size(size, "resume with the same drbs_min/drbs_max/drbs_step as the original run")
         self._size, self._seen, self._times, self._history = size, seen, times, history
+        self._probe_pending = probe_pending
         self._estimates = OnlineCriticalBatch(self._window, state.get("estimates"))
         self._b = float(b) if b is not None else None
