@@ -8,7 +8,9 @@ largest size, then the same two starts with ``lr_scaling noise``.  Every run: 3 
 env-step budget, the half learning phase on (the online estimate then comes from the update's
 noise), diagnostics every 2 iterations so that a run starting at B = 1024 (18 iterations in the
 budget) can move (a DRBS run also measures on every iteration after its start and after each move
-until ``drbs_estimates`` = 2 estimates are in: the controller's probe).
+until ``drbs_estimates`` = 2 estimates are in: the controller's probe).  A large start moves to the
+smallest size after one iteration to time it (``drbs_timing_probe``, the default); the large start
+without it runs beside them as the ablation.
 
 Reported: wall seconds and env steps to the success target (0.5, trailing mean over 16k env
 steps, median over seeds; ``experiments/mitigations.py``'s rule), each DRBS run's ratio to the best
@@ -62,7 +64,9 @@ def variants(s: dict) -> dict:
     out = {f"fixed_{b}": {"num_envs": b} for b in s["sizes"]}
     out.update({"drbs_from_small": {**drbs, "num_envs": lo}, "drbs_from_large": {**drbs, "num_envs": hi},
                 "drbs_lr_from_small": {**drbs, "num_envs": lo, "lr_scaling": "noise"},
-                "drbs_lr_from_large": {**drbs, "num_envs": hi, "lr_scaling": "noise"}})
+                "drbs_lr_from_large": {**drbs, "num_envs": hi, "lr_scaling": "noise"},
+                # the ablation: the large start without the timing probe (the controller before it)
+                "drbs_from_large_no_probe": {**drbs, "num_envs": hi, "drbs_timing_probe": False}})
     return out
 
 
@@ -97,12 +101,16 @@ def first_move_wall(records: list[dict]) -> float:
 
 
 def decision_floor(name: str, runs: dict, s: dict) -> float:
-    """Seconds a DRBS run must spend at its start size before its first decision:
-    ``drbs_estimates`` iterations (the probe measures each one) at the fixed run's median
-    iteration time at that size (NaN when that fixed run or its timing is missing)."""
-    start = s["sizes"][0] if name.endswith("small") else s["sizes"][-1]
-    fixed = runs.get(f"fixed_{start}") or {}
-    return s["cfg"].get("drbs_estimates", TrainConfig.drbs_estimates) * fixed.get("iteration_s_median", math.nan)
+    """Loop seconds a DRBS run must spend before its first decision on an estimate, at the fixed
+    runs' median iteration times: ``drbs_estimates`` iterations (each one measured) at the size
+    where it estimates; with the timing probe, a start above the smallest size first spends one
+    iteration there and then estimates at the smallest size (NaN when a fixed run's timing is missing)."""
+    lo, hi = s["sizes"][0], s["sizes"][-1]
+    start = lo if "from_small" in name else hi
+    probe = start > lo and (s["cfg"] | variants(s)[name]).get("drbs_timing_probe", TrainConfig.drbs_timing_probe)
+    per = {b: (runs.get(f"fixed_{b}") or {}).get("iteration_s_median", math.nan) for b in (lo, hi)}
+    estimates = s["cfg"].get("drbs_estimates", TrainConfig.drbs_estimates)
+    return per[start] + estimates * per[lo] if probe else estimates * per[start]
 
 
 def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
@@ -179,16 +187,18 @@ def report(args, s: dict, data: dict) -> dict:
              "`wall`: loop seconds to target without compilation (a fixed run compiles before its loop; a DRBS move "
              "to a new ladder size compiles inside it, and those seconds are subtracted); `with compiles`: the loop "
              "seconds as logged; `compile s`: what the moves compiled (CPU, 3 programs per size with the half phase); "
-             "`before first move`: the loop seconds spent at the start size before DRBS first moved, over the best "
-             "fixed B's wall to target (a floor under the ratio from that start: the controller cannot act sooner); "
-             "`decision floor`: `drbs_estimates` iterations at the start size (the fixed run's median iteration "
-             "seconds there), over the best fixed B's wall: the least any run must spend before its first decision, "
-             "whatever the estimate reads.",
+             "`before first move`: the loop seconds spent at the start size before DRBS first moved (with the "
+             "timing probe, a start above the smallest size moves there after one iteration), over the best "
+             "fixed B's wall to target; `decision floor`: the iterations a run must spend before its first decision "
+             "on an estimate, at the fixed runs' median iteration seconds, over the best fixed B's wall: "
+             "`drbs_estimates` iterations at the start size, or, with the timing probe from above the smallest "
+             "size, one iteration at the start and `drbs_estimates` at the smallest. `drbs_from_large_no_probe` is "
+             "the large start with `drbs_timing_probe` off (the controller before the probe), side by side.",
              "",
              md_table(["task", "run", "seeds reached", "E median", "wall median s", "wall / best fixed",
                        "before first move / best fixed", "decision floor / best fixed", "wall with compiles", "compile s", "sizes visited", "final B"], rows), ""]
     for prefix, what in (("drbs_from", "DRBS, fixed lr"), ("drbs_lr_from", "DRBS with lr_scaling noise")):
-        got = [(t, n, r) for t, n, r in within if n.startswith(prefix)]
+        got = [(t, n, r) for t, n, r in within if n in (f"{prefix}_small", f"{prefix}_large")]  # not the ablation
         ok = [r for _, _, r in got if math.isfinite(r) and r <= 1.2]
         text = "; ".join(f"{t} {n.split('_')[-1]} start: {fmt(r)}x" for t, n, r in got)
         verdict = "reproduced" if got and len(ok) == len(got) else "partly" if ok else "not reproduced"
