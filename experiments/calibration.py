@@ -29,9 +29,9 @@ NAME = "calibration"
 # the grid with the most seeds.  reach-and-hold at 1.2M env steps (600k: lr_batch_reacher_hold).
 INPUTS = ("experiments/results/lr_batch", "experiments/results/lr_batch_reacher", "experiments/results/lr_batch_dense",
           "experiments/results/lr_batch_dense_pooled", "experiments/results/lr_batch_reacher_hold_long",
-          "experiments/results/lr_batch_reacher_hold_pooled")
+          "experiments/results/lr_batch_reacher_hold_pooled", "experiments/results/lr_batch_reacher_hold_dense_pooled")
 SEED_RERUNS = ("experiments/results/lr_batch_seed1", "experiments/results/lr_batch_dense_seed1",
-               "experiments/results/lr_batch_reacher_hold_long_seed1")
+               "experiments/results/lr_batch_reacher_hold_long_seed1", "experiments/results/lr_batch_reacher_hold_dense_seed1")
 # What each task varies, for the table: the issue asks for >= 3 tasks, one a second physical system
 # and one with a different reward structure.
 KIND = {"pointmass_reach": "point mass, sparse reward (the default task)",
@@ -40,6 +40,7 @@ KIND = {"pointmass_reach": "point mass, sparse reward (the default task)",
         "pointmass_reach_dense": "point mass, dense -distance reward",
         "reacher_sparse_spring": "two-link reacher (spring pipeline), sparse reward",
         "reacher_hold": "two-link reacher (spring pipeline), sparse reward, success = 2 cm held 10 steps",
+        "reacher_hold_dense": "two-link reacher (spring pipeline), Brax's dense reward, success = 5 cm held 10 steps",
         "reacher_sparse": "two-link reacher, sparse reward"}
 EXTRA_FLAGS = (
     (("--inputs",), {"nargs": "+", "default": list(INPUTS),

@@ -43,6 +43,16 @@ learning phase on so every run logs the step-size signal).  From each grid:
     python experiments/lr_batch.py --quick --tasks pointmass_reach_dense \
         --pool experiments/results/lr_batch_dense experiments/results/lr_batch_dense_seed1 \
         --out experiments/results/lr_batch_dense_pooled
+    # the reach-and-hold reacher on Brax's dense reward (a second reward structure on the second
+    # system), both base seeds side by side (~40 min together here), then pooled
+    python experiments/lr_batch.py --quick --tasks reacher_hold_dense --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --out experiments/results/lr_batch_reacher_hold_dense
+    python experiments/lr_batch.py --quick --tasks reacher_hold_dense --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --seed 1 --compare experiments/results/lr_batch_reacher_hold_dense/results.json \
+        --out experiments/results/lr_batch_reacher_hold_dense_seed1
+    python experiments/lr_batch.py --quick --tasks reacher_hold_dense --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --pool experiments/results/lr_batch_reacher_hold_dense experiments/results/lr_batch_reacher_hold_dense_seed1 \
+        --out experiments/results/lr_batch_reacher_hold_dense_pooled
     python experiments/calibration.py --quick   # every task's grid side by side (trains nothing)
 
 Quick mode no longer trains the terminal variant (``pointmass_reach_terminal``): its success is

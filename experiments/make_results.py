@@ -22,6 +22,7 @@ from common import md_cell as _cell
 ORDER = ("latency_table", "rollout_scaling", "gdc_vs_batch", "critical_point", "online_critical", "noise_vs_batch", "lr_batch",
          "lr_batch_reacher", "lr_batch_dense", "lr_batch_reacher_hold", "lr_batch_reacher_hold_long",
          "lr_batch_reacher_hold_long_seed1", "lr_batch_reacher_hold_pooled", "lr_batch_dense_seed1", "lr_batch_dense_pooled",
+         "lr_batch_reacher_hold_dense", "lr_batch_reacher_hold_dense_seed1", "lr_batch_reacher_hold_dense_pooled",
          "lr_batch_seed1", "calibration", "drbs_critical", "drbs_critical_reacher_hold", "mitigations")
 
 
