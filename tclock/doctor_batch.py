@@ -46,9 +46,10 @@ BATCH_THRESHOLD = (f"B > {BATCH_ABOVE:g}x the sweep's B_crit two-clocks; {BATCH_
                    "below healthy (online estimate: info)")
 # Online estimates the batch verdict may rest on without a sweep, by source
 # (tclock.online_critical.SOURCES).  experiments/calibration.py (RESULTS.md; B x lr grids of
-# experiments/lr_batch.py on six tasks; trusted tuned fits on five: pointmass_reach, its half- and
+# experiments/lr_batch.py on seven tasks; trusted tuned fits on five: pointmass_reach, its half- and
 # twice-radius variants (3 seeds), its dense-reward variant and a reach-and-hold Brax reacher (each
-# pooled from two base seeds, 6 seeds); a first-touch reacher grid gave no trusted fit and no labels):
+# pooled from two base seeds, 6 seeds); a first-touch reacher grid and the reach-and-hold reacher on
+# Brax's dense reward (pooled) gave no trusted fit and no labels):
 # the learning phase's noise per env ("update", two disjoint halves of the envs without the inherited
 # momentum, logged with --noise-split), judged without the sweep, left 59 of 60 runs below B_crit/2
 # alone (98%) and classed the best-lr run right at 9 of 10 B above and 9 of 9 below, but over every
