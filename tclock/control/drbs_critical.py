@@ -29,7 +29,7 @@ task needs.  This one steers by the quantity the S-E relation is about:
   first ``min_estimates`` estimates there.  B* needs ``t(B)`` at two sizes, and without it a run
   started at a large B can only compare B with the critical batch, which near the initial policy
   reads about as large as the start (pointmass_reach: ~1000 envs at B = 1024), so it held there:
-  experiments/drbs_critical.py measured 1.9x the best fixed B's wall time spent at B = 1024 before
+  experiments/drbs_critical.py measured 1.9-2.4x the best fixed B's wall time spent at B = 1024 before
   the first move.  The smallest size is the cheapest iteration and, far from the start, gives a
   well-conditioned ``a`` and ``k`` (on a CPU ``a`` is a few percent of a large-B iteration, below
   the noise of two neighbouring sizes).  The first decision then steers to B* from both timings,
