@@ -109,7 +109,7 @@ def test_drbs_steered_by_the_critical_batch_moves_towards_its_target(tmp_path):
     """Every change the loop makes goes towards the logged target (the online critical batch or
     B*), to the ladder size nearest it, and only when B is outside the hysteresis band around it."""
     cfg = TrainConfig(num_envs=32, drbs=True, drbs_min=16, drbs_max=128, drbs_step=1.0, drbs_estimates=1,
-                      total_steps=32 * 16 * 40, out=str(tmp_path / "crit"),
+                      total_steps=32 * 16 * 24, out=str(tmp_path / "crit"),
                       **{**SMALL, "gdc_every": 2, "gdc_minibatch": 32, "noise_groups": 2})
     train(cfg)
     records = runlog.read_metrics(cfg.out)
