@@ -71,8 +71,8 @@ def release_compiled() -> None:
     them.  A process that compiles hundreds of XLA executables keeps their code mapped; near the
     kernel's ``vm.max_map_count`` XLA fails inside a later compile ("Cannot allocate memory", or
     a crash).  Long processes (the test suite after each module, experiment scripts between
-    tasks) call this between pieces of work that share no programs; what is dropped recompiles on next use (from the persistent compilation cache
-    when one is set)."""
+    tasks) call this between pieces of work that share no programs; what is dropped recompiles on
+    next use (from the persistent compilation cache when one is set)."""
     import gc
 
     jax.clear_caches()

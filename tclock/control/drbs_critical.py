@@ -103,7 +103,7 @@ class CriticalBatchController(LadderController):
         self._b: float | None = None
         self._times: dict[int, list[float]] = {}
         self._history: list[Move] = []
-        self._probe_pending = bool(timing_probe) and self._size > self._ladder[0]
+        self._timing_probe = bool(timing_probe)
 
     @property
     def wants_estimate(self) -> bool:
@@ -143,10 +143,11 @@ class CriticalBatchController(LadderController):
         """Takes one iteration's record; returns the batch size for the next rollout."""
         rt, learn, b_now = record.get("rt_s"), record.get("learn_s"), record.get("num_envs")
         if finite_number(rt) and finite_number(learn) and is_int(b_now):
+            first_timing = not self._times
             self._times.setdefault(int(b_now), []).append(float(rt) + float(learn))
             self._times[int(b_now)] = self._times[int(b_now)][-50:]
-            if self._probe_pending:  # the start size is timed: time the cheapest size next
-                self._probe_pending = False
+            if first_timing and self._timing_probe and self._size > self._ladder[0]:
+                # the start size is timed (a resumed run keeps its timings): time the cheapest size next
                 self._change(self._ladder[0], float(self._ladder[0]), "timing_probe")
                 return self._size
         ratio = self._estimates.add(record)
@@ -177,8 +178,7 @@ class CriticalBatchController(LadderController):
     def state_dict(self) -> dict:
         return {"batch_size": self._size, "seen": self._seen, "b": self._b, "estimates": self._estimates.state_dict(),
                 "times": {str(k): v for k, v in self._times.items()},
-                "history": [list(m) for m in self._history], "ladder": list(self._ladder),
-                "probe_pending": self._probe_pending}
+                "history": [list(m) for m in self._history], "ladder": list(self._ladder)}
 
     def load_state_dict(self, state: dict) -> None:
         try:
@@ -187,12 +187,10 @@ class CriticalBatchController(LadderController):
             b = state.get("b")
             times = {int(k): [float(x) for x in v] for k, v in (state.get("times") or {}).items()}
             history = [Move(float(t), str(src), int(s)) for t, src, s in state.get("history", [])]
-            probe_pending = bool(state.get("probe_pending", False))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"DRBS state is malformed ({e!r}); pass the dict returned by "
                              "CriticalBatchController.state_dict()") from e
         self._check_saved_size(size, "resume with the same drbs_min/drbs_max/drbs_step as the original run")
         self._size, self._seen, self._times, self._history = size, seen, times, history
-        self._probe_pending = probe_pending
         self._estimates = OnlineCriticalBatch(self._window, state.get("estimates"))
         self._b = float(b) if b is not None else None
