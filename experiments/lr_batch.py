@@ -50,7 +50,17 @@ learning phase on so every run logs the step-size signal).  From each grid:
     python experiments/lr_batch.py --quick --tasks reacher_hold_dense --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
         --seed 1 --compare experiments/results/lr_batch_reacher_hold_dense/results.json \
         --out experiments/results/lr_batch_reacher_hold_dense_seed1
+    # its B_crit sat at the grid's bottom (E doubling with every doubling of B from 32; the pooled fit
+    # untrusted), so both base seeds were extended down to B = 16 (--resume trains only the new size;
+    # ~10 min together here) and pooled again
     python experiments/lr_batch.py --quick --tasks reacher_hold_dense --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --batch-sizes 16 32 64 128 256 512 1024 --resume --out experiments/results/lr_batch_reacher_hold_dense
+    python experiments/lr_batch.py --quick --tasks reacher_hold_dense --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --batch-sizes 16 32 64 128 256 512 1024 --resume --seed 1 \
+        --compare experiments/results/lr_batch_reacher_hold_dense/results.json \
+        --out experiments/results/lr_batch_reacher_hold_dense_seed1
+    python experiments/lr_batch.py --quick --tasks reacher_hold_dense --total-steps 1200000 --lrs 3e-4 1e-3 3e-3 1e-2 3e-2 \
+        --batch-sizes 16 32 64 128 256 512 1024 \
         --pool experiments/results/lr_batch_reacher_hold_dense experiments/results/lr_batch_reacher_hold_dense_seed1 \
         --out experiments/results/lr_batch_reacher_hold_dense_pooled
     python experiments/calibration.py --quick   # every task's grid side by side (trains nothing)
@@ -97,6 +107,9 @@ EXTRA_FLAGS = (
                            "(tclock.sweep_pool) and analyses that"}),
     (("--lrs",), {"type": float, "nargs": "+", "default": None,
                   "help": "learning rates of the grid (default: the mode's, widened per task)"}),
+    (("--batch-sizes",), {"type": int, "nargs": "+", "default": None,
+                          "help": "num_envs of the grid (default: the mode's); with --resume only the sizes not "
+                                  "yet trained are trained, e.g. to extend a grid whose B_crit sits at its edge"}),
 )
 
 
@@ -116,6 +129,11 @@ def settings(args) -> dict:
         if any(not (lr > 0 and math.isfinite(lr)) for lr in args.lrs):
             raise SystemExit(f"--lrs: every learning rate must be a positive number, got {args.lrs}")
         s["lrs"], s["widen"] = tuple(sorted(set(args.lrs))), False
+    if args.batch_sizes is not None:
+        if len(set(args.batch_sizes)) < 2 or any(b < 1 for b in args.batch_sizes):
+            raise SystemExit(f"--batch-sizes: give at least two different positive sizes (num_envs), "
+                             f"got {args.batch_sizes}")
+        s["batch_sizes"] = tuple(sorted(set(args.batch_sizes)))
     if args.pool is not None:
         if len(args.pool) < 2:
             raise SystemExit(f"--pool: give at least two results folders, got {args.pool}")

@@ -74,6 +74,25 @@ def test_lr_batch_pools_grids_of_two_base_seeds(tmp_path):
     assert refused.returncode != 0 and "--pool" in refused.stderr
 
 
+def test_lr_batch_extends_a_grid_with_a_new_batch_size_and_keeps_the_trained_runs(tmp_path):
+    out = tmp_path / "grid"
+    proc = _run([EXPERIMENTS / "lr_batch.py", "--quick", "--smoke", "--out", out])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    runs = out / "runs" / "pointmass_reach"
+    before = {d.name: (d / "metrics.jsonl").read_bytes() for d in runs.glob("B*")}
+    assert sorted(before) == ["B0016_lr1e-03", "B0016_lr3e-04", "B0032_lr1e-03", "B0032_lr3e-04"]
+    proc = _run([EXPERIMENTS / "lr_batch.py", "--quick", "--smoke", "--batch-sizes", "8", "16", "32", "--resume",
+                 "--out", out])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "skipped finished runs" in proc.stdout + proc.stderr
+    for name, metrics in before.items():  # reused, not retrained
+        assert (runs / name / "metrics.jsonl").read_bytes() == metrics, name
+    summary = json.loads((runs / "summary.json").read_text(encoding="utf-8"))
+    assert sorted(set(summary["batch_sizes"])) == [8, 16, 32] and (runs / "B0008_lr1e-03" / "metrics.jsonl").exists()
+    refused = _run([EXPERIMENTS / "lr_batch.py", "--quick", "--smoke", "--batch-sizes", "16", "16", "--out", out])
+    assert refused.returncode != 0 and "--batch-sizes" in refused.stderr
+
+
 def test_make_results_regenerates_committed_results_md(tmp_path):
     first, second = tmp_path / "a.md", tmp_path / "b.md"
     for target in (first, second):
