@@ -190,6 +190,7 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, mesh: RunMesh, on_iterat
         b_noise = seed_median(record.get(ONLINE_KEY)) or b_noise
         if controller is not None:
             controller.observe(record)
+            b_noise = controller.noise_scale or b_noise  # a DRBS run's lr follows its current size's estimate
             record.update({DRBS_KEY[cfg.drbs_signal]: controller.ratio_mean(),
                            "drbs_next_num_envs": controller.batch_size, "compiled_sizes": len(cache.programs)})
         book.commit(record, state, upd_m["finite"])

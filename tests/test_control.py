@@ -448,6 +448,28 @@ def test_critical_drbs_judges_a_size_only_on_the_estimates_made_at_it():
     assert again.target() == c.target() and again.batch_size == c.batch_size
 
 
+def test_the_noise_scale_the_lr_follows_comes_from_the_current_size_only():
+    """``lr_scaling noise`` in a DRBS run reads :attr:`noise_scale`: after the timing probe the
+    start size's (larger) estimate must not set the lr at the smallest size, and after any move
+    there is none until the new size has its own."""
+    from tclock.control import CriticalBatchController
+    from tclock.control.drbs import DRBSController
+
+    c = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=20)
+    assert c.noise_scale is None
+    c.observe(_record(700, num_envs=1024, rt=0.01, learn=0.5))  # timed -> the probe moves to 32
+    assert c.batch_size == 32 and c.noise_scale is None
+    c.observe(_record(40, num_envs=32, rt=0.01, learn=0.02))
+    assert c.noise_scale == pytest.approx(40)  # not a mix with the 700 read at 1024
+    c.observe(_record(60, num_envs=32, rt=0.01, learn=0.02))
+    assert c.noise_scale == pytest.approx(50)  # Σ trace / Σ signal over the estimates at 32
+    moved = CriticalBatchController(base=64, min=32, max=1024, step=1.0, band=1.5, min_estimates=1,
+                                    timing_probe=False)
+    moved.observe(_record(500, num_envs=64, rt=0.0, learn=0.0))
+    assert moved.batch_size == 512 and moved.noise_scale is None and moved.target()[0] == pytest.approx(500)
+    assert DRBSController(base=64, min=32, max=1024).noise_scale is None  # the RT/UT mode reads no estimate
+
+
 def test_critical_drbs_uses_the_wall_clock_optimum_once_two_sizes_are_timed():
     from tclock.control import CriticalBatchController
 

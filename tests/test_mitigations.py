@@ -107,12 +107,30 @@ def test_hae_training_run_logs_raw_advantage_stats(tmp_path):
 @pytest.mark.slow
 def test_drbs_steered_by_the_critical_batch_moves_towards_its_target(tmp_path):
     """Every change the loop makes goes towards the logged target (the online critical batch or
-    B*), to the ladder size nearest it, and only when B is outside the hysteresis band around it."""
+    B*), to the ladder size nearest it, and only when B is outside the hysteresis band around it;
+    with ``lr_scaling noise`` the lr follows the estimate made at the current size (the
+    controller's), not the logged window that spans the sizes the run left."""
+    from tclock.control import CriticalBatchController
+    from tclock.control.coscale import lr_multiplier
+    from tclock.runlog import seed_median
+
     cfg = TrainConfig(num_envs=32, drbs=True, drbs_min=16, drbs_max=128, drbs_step=1.0, drbs_estimates=1,
-                      total_steps=32 * 16 * 24, out=str(tmp_path / "crit"),
+                      lr_scaling="noise", total_steps=32 * 16 * 24, out=str(tmp_path / "crit"),
                       **{**SMALL, "gdc_every": 2, "gdc_minibatch": 32, "noise_groups": 2})
     train(cfg)
     records = runlog.read_metrics(cfg.out)
+    replay = CriticalBatchController(base=32, min=16, max=128, step=1.0, band=cfg.drbs_band, min_estimates=1,
+                                     ladder=drbs_ladder(cfg), window=cfg.noise_window)
+    b_lr, mixed = None, 0
+    for r, nxt in zip(records, records[1:]):  # the lr of the next iteration, from this one's record
+        logged = seed_median(r.get("b_crit_online_envs")) or b_lr
+        replay.observe(r)
+        b_lr = replay.noise_scale or logged
+        assert replay.batch_size == nxt["num_envs"]
+        assert nxt["lr"][0] == pytest.approx(cfg.lr * lr_multiplier("noise", nxt["num_envs"], cfg.lr_base_envs, b_lr),
+                                             rel=1e-5), nxt["iteration"]
+        mixed += replay.noise_scale is not None and logged != pytest.approx(replay.noise_scale, rel=1e-3)
+    assert mixed >= 1  # the logged window did differ from the current size's estimate at some point
     assert any(r.get("drbs_target_envs") for r in records)
     assert records[0]["num_envs"] == 32 and records[0]["drbs_next_num_envs"] == cfg.drbs_min  # the timing probe
     moves = 0

@@ -211,6 +211,12 @@ class LadderController:
         return False
 
     @property
+    def noise_scale(self) -> float | None:
+        """The online noise scale (envs) the controller reads at the current size, which
+        ``lr_scaling noise`` then follows; None for a controller that does not read it."""
+        return None
+
+    @property
     def history(self) -> tuple:
         """Every change so far, oldest first."""
         return tuple(self._history)

@@ -112,6 +112,15 @@ class CriticalBatchController(LadderController):
         ``min_estimates`` iterations, not ``min_estimates x gdc_every``."""
         return self._seen < self._min_estimates
 
+    @property
+    def noise_scale(self) -> float | None:
+        """The online critical batch (envs, median over seeds) from the estimates at the current
+        size only; None until the first one there.  The loop scales the lr by it under ``lr_scaling noise``
+        (not by the logged ``b_crit_online_envs``, whose window still holds the estimates of the
+        sizes the run left: the estimate grows with the batch it is read at, so after the timing
+        probe the start size's estimate would set the lr at the smallest size)."""
+        return self._b if self._seen > 0 else None  # _b is the old size's until then (logged as the target)
+
     # ------------------------------------------------------------------ the target
     def ratio_mean(self) -> float | None:
         """The current target (envs), logged as ``drbs_target_envs``; None before the first estimate."""
