@@ -157,7 +157,9 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, mesh: RunMesh, on_iterat
     lr_clock = make_lr_clock(cfg)
     env_steps = book.host.env_steps
     prev_learn_start = None
-    b_noise = None  # the latest online noise scale (envs): lr_scaling "noise" follows it
+    # the latest online noise scale (envs), which lr_scaling "noise" follows; a resumed run starts
+    # from its restored window (and controller), as the uninterrupted run would have
+    b_noise = (controller.noise_scale if controller is not None else None) or seed_median(book.online.ratio())
 
     def batch_size() -> int:
         return controller.batch_size if controller is not None else cfg.num_envs

@@ -71,6 +71,11 @@ class OnlineCriticalBatch:
         self.grad_sqs.append(np.asarray(metrics[signal], dtype=float).reshape(-1).tolist())
         return windowed_ratio(list(self.traces), list(self.grad_sqs))
 
+    def ratio(self) -> list | None:
+        """The windowed ratio of the estimates kept so far (per seed), None when there are none:
+        what the last :meth:`add` that logged one returned (a resumed run reads it again here)."""
+        return windowed_ratio(list(self.traces), list(self.grad_sqs)) if self.traces else None
+
     def state_dict(self) -> dict:
         return {"traces": list(self.traces), "grad_sqs": list(self.grad_sqs)}
 

@@ -148,3 +148,34 @@ def test_drbs_steered_by_the_critical_batch_moves_towards_its_target(tmp_path):
     firsts = [r for i, r in enumerate(records) if i == 0 or records[i - 1]["num_envs"] != r["num_envs"]]
     assert all(r.get("gdc") is not None for r in firsts)  # the probe: a new size is measured at once,
     assert any(r["iteration"] % cfg.gdc_every for r in firsts)  # off the gdc_every cadence
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_lr_scaling_noise_resumes_with_the_noise_scale_it_had(tmp_path):
+    """A run stopped after a checkpoint and resumed gives the metrics (lr included) of the run that
+    never stopped: the lr's noise scale comes back from the checkpointed window, not from 1x."""
+    from golden_runs import deterministic
+
+    def cfg(name):
+        return TrainConfig(num_envs=32, lr_scaling="noise", total_steps=32 * 16 * 8, checkpoint_every=2,
+                           out=str(tmp_path / name), **{**SMALL, "gdc_every": 3, "gdc_minibatch": 32})
+
+    train(cfg("ref"))
+    reference = runlog.read_metrics(cfg("ref").out)
+
+    def stop_at_5(record):
+        if record["iteration"] == 5:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(cfg("stopped"), on_iteration=stop_at_5)
+    status = runlog.read_status(cfg("stopped").out)
+    runlog.write_json(tmp_path / "stopped" / runlog.STATUS_FILE, {**status, "state": "running"})
+    train(cfg("stopped"), resume=True)
+    resumed = runlog.read_metrics(cfg("stopped").out)
+    assert [r["iteration"] for r in resumed] == list(range(1, 9))
+    assert len({r["lr"][0] for r in reference}) > 1  # the lr did follow the estimate
+    assert deterministic(resumed) == deterministic(reference)
