@@ -145,6 +145,14 @@ def _prepare(book: RunBook, cfg: TrainConfig, mesh: RunMesh):
     return controller, iteration, state, cache
 
 
+def _lr_noise_scale(controller, logged, previous: float | None) -> float | None:
+    """The online noise scale (envs) that ``lr_scaling noise`` follows: a DRBS controller's estimate
+    at the current size when it has one (the logged window still holds the sizes the run left),
+    else the latest logged ``b_crit_online_envs`` (per seed), else ``previous``."""
+    own = controller.noise_scale if controller is not None else None
+    return own or seed_median(logged) or previous
+
+
 def _run(book: RunBook, cfg: TrainConfig, clock, sleep, mesh: RunMesh, on_iteration) -> RunResult:
     controller, iteration, state, cache = _prepare(book, cfg, mesh)
     progress = book.progress
@@ -157,9 +165,8 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, mesh: RunMesh, on_iterat
     lr_clock = make_lr_clock(cfg)
     env_steps = book.host.env_steps
     prev_learn_start = None
-    # the latest online noise scale (envs), which lr_scaling "noise" follows; a resumed run starts
-    # from its restored window (and controller), as the uninterrupted run would have
-    b_noise = (controller.noise_scale if controller is not None else None) or seed_median(book.online.ratio())
+    # a resumed run starts from its restored window and controller, as the uninterrupted run would have
+    b_noise = _lr_noise_scale(controller, book.online.ratio(), None)
 
     def batch_size() -> int:
         return controller.batch_size if controller is not None else cfg.num_envs
@@ -189,12 +196,11 @@ def _run(book: RunBook, cfg: TrainConfig, clock, sleep, mesh: RunMesh, on_iterat
                          purm_waited_s=gate.waited_s)
         record = book.record(number, env_steps, clocks.rt, clocks.learn, clocks.ut, clocks.ratio, batch,
                              cache.count(), (roll_m, upd_m), extra)
-        b_noise = seed_median(record.get(ONLINE_KEY)) or b_noise
         if controller is not None:
             controller.observe(record)
-            b_noise = controller.noise_scale or b_noise  # a DRBS run's lr follows its current size's estimate
             record.update({DRBS_KEY[cfg.drbs_signal]: controller.ratio_mean(),
                            "drbs_next_num_envs": controller.batch_size, "compiled_sizes": len(cache.programs)})
+        b_noise = _lr_noise_scale(controller, record.get(ONLINE_KEY), b_noise)
         book.commit(record, state, upd_m["finite"])
         _report(progress, record, clocks, batch, cfg, gate is not None)
         if on_iteration is not None:

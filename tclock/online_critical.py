@@ -69,7 +69,7 @@ class OnlineCriticalBatch:
         trace, signal = self.sources[source]
         self.traces.append(np.asarray(metrics[trace], dtype=float).reshape(-1).tolist())
         self.grad_sqs.append(np.asarray(metrics[signal], dtype=float).reshape(-1).tolist())
-        return windowed_ratio(list(self.traces), list(self.grad_sqs))
+        return self.ratio()
 
     def ratio(self) -> list | None:
         """The windowed ratio of the estimates kept so far (per seed), None when there are none:
