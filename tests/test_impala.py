@@ -1,14 +1,15 @@
-"""IMPALA (V-trace actor-critic) on PPO's networks and rollout: update, targets, learning."""
+"""IMPALA (V-trace actor-critic) on PPO's networks and rollout: update, targets (that it learns the
+default task on every seed is in test_learners.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from tclock import diagnostics, runlog
+from tclock import diagnostics
 from tclock.agents import IMPALA, PPO, ActorCritic, make_agent
 from tclock.config import ConfigError, TrainConfig, drbs_ladder, validate
-from tclock.loop import build_agent, train
+from tclock.loop import build_agent
 from tclock.networks import gaussian_log_prob
 
 SMALL = dict(algo="impala", num_envs=16, unroll_length=16, num_minibatches=4, num_epochs=2, seeds=2,
@@ -138,19 +139,3 @@ def test_update_recomputes_vtrace_targets_at_current_parameters():
     stats = diagnostics.advantage_stats(pg0)
     for k in ("adv_mean", "adv_std", "adv_skew"):
         np.testing.assert_allclose(m[k], stats[k], rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.slow
-def test_impala_learns_pointmass_reach(tmp_path):
-    # lr 3e-4 (IMPALA recomputes V-trace targets every step; at PPO's default 1e-3 one seed of two
-    # sat at ~0.6-0.9 success after 400k steps), 4 epochs x 4 env groups, ent_coef 0.01.
-    cfg = TrainConfig(algo="impala", lr=3e-4, num_envs=256, unroll_length=32, total_steps=400_000, seeds=2,
-                      gdc_every=0, progress=False, out=str(tmp_path / "learn"))
-    result = train(cfg)
-    records = runlog.read_metrics(result.run_dir)
-    success = np.array([r["success_rate"] for r in records], dtype=float)  # [iterations, seeds]
-    assert success.shape == (cfg.num_iterations, 2)
-    assert success[:3].mean() < 0.1, success[:3]
-    assert (success[-5:].mean(axis=0) > 0.8).all(), success[-5:]
-    ret = np.array([r["episode_return"] for r in records], dtype=float)
-    assert ret[-5:].mean() > 5 * max(ret[:3].mean(), 0.2)
