@@ -523,10 +523,36 @@ def test_critical_drbs_times_the_smallest_size_first_from_a_larger_start():
     # resume: a pending probe survives the state round trip, a done one does not come back
     again = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, min_estimates=2)
     again.load_state_dict(c.state_dict())
-    assert again.observe(_record(None, num_envs=1024)) == 32
+    assert again.observe(_record(1000, num_envs=1024)) == 32
     later = CriticalBatchController(base=1024, min=32, max=1024, step=1.0, min_estimates=2)
     later.load_state_dict(cpu.state_dict())
     assert later.observe(_record(None, num_envs=32)) == 32 and later.history == cpu.history
+
+
+def test_critical_drbs_times_measured_iterations_and_leaves_out_each_sizes_first():
+    """``t(B)`` for B* comes from the iterations that measured an estimate (every size gets them:
+    the controller asks for them after each move), not the cheaper plain ones between, and leaves
+    out the first at each size (both programs' first call).  With the old rule (median of every
+    timed iteration) the same script reads B* ≈ 83 and stops at 64 instead of 32."""
+    from tclock.control import CriticalBatchController
+
+    a, k = 0.01, 6e-4  # t(B) = a + k B: B* = sqrt(60 a / k) ≈ 31.6
+    c = CriticalBatchController(base=32, min=32, max=1024, step=1.0, band=1.5, min_estimates=2, window=20,
+                                timing_probe=False)
+    c.observe(_record(200, num_envs=32, rt=0.0, learn=0.1))  # the first call: 0.1 s of warm-up
+    c.observe(_record(200, num_envs=32, rt=0.0, learn=a + k * 32))
+    assert c.batch_size == 256 and c.history[-1].source == "b_crit"  # one size timed: towards b_crit 200
+    assert c.iteration_time(32) == pytest.approx(a + k * 32)  # the warm-up left out
+    c.observe(_record(60, num_envs=256, rt=0.0, learn=0.5))  # the first call at 256
+    c.observe(_record(None, num_envs=256, rt=0.0, learn=0.001))  # a plain iteration: not timed
+    assert c.iteration_time(256) == pytest.approx(0.5)  # only one so far: it is all there is
+    c.observe(_record(60, num_envs=256, rt=0.0, learn=a + k * 256))
+    assert c.iteration_time(256) == pytest.approx(a + k * 256)
+    fit_a, fit_k = c.time_fit()
+    assert fit_a == pytest.approx(a) and fit_k == pytest.approx(k)
+    assert c.history[-1].source == "b_star" and c.history[-1].target == pytest.approx((60 * a / k) ** 0.5)
+    assert c.batch_size == 32
+    assert c.iteration_time(64) is None
 
 
 def test_critical_drbs_validation():

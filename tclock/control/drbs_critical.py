@@ -16,7 +16,12 @@ task needs.  This one steers by the quantity the S-E relation is about:
   the old size's (older) estimates kept a
   run that had just moved down near its old size; or, once the run has timed iterations at two or more ladder
   sizes and ``t(B) = a + k B`` has positive terms, the wall-clock optimum
-  ``B* = sqrt(b a / k)`` (McCandlish et al. 2018; :func:`tclock.critical.wallclock_optimum`);
+  ``B* = sqrt(b a / k)`` (McCandlish et al. 2018; :func:`tclock.critical.wallclock_optimum`).
+  ``t(B)`` is timed on the iterations that measured an estimate only (every size has them, since
+  the controller asks for estimates after each move; a plain iteration costs about 0.6x of one on
+  a CPU, so a mix of the two made a size's time depend on which kind it happened to run), and
+  leaves out each size's first iteration (the first call of its programs: on a CPU 0.05-0.08 s
+  more, 3x an iteration at B = 32, which read B* about 2-4x too large);
 * every ``min_estimates`` new estimates at the current size it compares B with the target
   (until they are in, :attr:`CriticalBatchController.wants_estimate` asks the loop to measure on
   every iteration, whatever ``gdc_every`` says: at the default cadence of 8 a decision would
@@ -52,7 +57,7 @@ import numpy as np
 
 from tclock.control.checks import finite_number, is_int
 from tclock.control.drbs import LadderController, _check_range, _resolve_ladder
-from tclock.online_critical import OnlineCriticalBatch
+from tclock.online_critical import OnlineCriticalBatch, source_of
 from tclock.runlog import seed_median
 
 __all__ = ["Move", "CriticalBatchController"]
@@ -127,15 +132,25 @@ class CriticalBatchController(LadderController):
         target, _ = self.target()
         return target
 
+    def iteration_time(self, size: int) -> float | None:
+        """The iteration seconds ``t(B)`` at ``size`` that :meth:`time_fit` uses: the median over
+        the measured iterations there (the ones that logged a noise estimate), leaving out the
+        first one at the size when there are more (it runs both programs for the first time:
+        0.05-0.08 s more on a CPU, 3x a B = 32 iteration); None when the size was never timed."""
+        times = self._times.get(int(size))
+        if not times:
+            return None
+        return float(np.median(times[1:] if len(times) > 1 else times))
+
     def time_fit(self) -> tuple[float, float] | None:
-        """``(a, k)`` of ``t(B) = a + k B`` over the median iteration time per timed size, when at
+        """``(a, k)`` of ``t(B) = a + k B`` over :meth:`iteration_time` per timed size, when at
         least two sizes were timed and both terms are positive."""
         sizes = sorted(self._times)
         if len(sizes) < 2:
             return None
         from tclock.critical import fit_linear_time
 
-        f = fit_linear_time(sizes, [float(np.median(self._times[b])) for b in sizes])
+        f = fit_linear_time(sizes, [self.iteration_time(b) for b in sizes])
         return (f.a, f.k) if f.a > 0 and f.k > 0 else None
 
     def target(self) -> tuple[float | None, str]:
@@ -151,10 +166,12 @@ class CriticalBatchController(LadderController):
     def observe(self, record: dict) -> int:
         """Takes one iteration's record; returns the batch size for the next rollout."""
         rt, learn, b_now = record.get("rt_s"), record.get("learn_s"), record.get("num_envs")
-        if finite_number(rt) and finite_number(learn) and is_int(b_now):
+        measured = source_of(record.keys()) is not None  # only these are timed: every size has them
+        if measured and finite_number(rt) and finite_number(learn) and is_int(b_now):
             first_timing = not self._times
             self._times.setdefault(int(b_now), []).append(float(rt) + float(learn))
-            self._times[int(b_now)] = self._times[int(b_now)][-50:]
+            if len(self._times[int(b_now)]) > 50:  # keep the first (the warm-up iteration_time leaves out)
+                del self._times[int(b_now)][1]
             if first_timing and self._timing_probe and self._size > self._ladder[0]:
                 # the start size is timed (a resumed run keeps its timings): time the cheapest size next
                 self._change(self._ladder[0], float(self._ladder[0]), "timing_probe")
