@@ -19,6 +19,8 @@ ended.
 
     python experiments/drbs_critical.py --quick   # pointmass_reach and its half-radius variant
     python experiments/drbs_critical.py --quick --tasks reacher_hold --out experiments/results/drbs_critical_reacher_hold
+    # the same on pointmass_reach with 8 seeds per run (the 3-seed ratios sit inside the seeds' noise)
+    python experiments/drbs_critical.py --quick --tasks pointmass_reach --seeds 8 --out experiments/results/drbs_critical_8seeds
     python experiments/drbs_critical.py           # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
 """
 from __future__ import annotations
@@ -37,9 +39,18 @@ NAME = "drbs_critical"
 TASKS = common.TASKS
 
 
+SEEDS_FLAG = (("--seeds",), {"type": int, "default": None,
+                             "help": "seeds per run (default: the mode's, 3 in --quick); more seeds narrow the "
+                                     "ratios' intervals, and each run costs about that many times more on a CPU"})
+
+
 def settings(args) -> dict:
     s = _mode_settings(args)
     s["tasks"] = common.chosen_tasks(args.tasks, s["tasks"])
+    if args.seeds is not None:
+        if args.seeds < 2:
+            raise SystemExit(f"--seeds: {args.seeds} is too few; give at least 2 (a median over seeds and its interval)")
+        s["seeds"] = args.seeds
     return s
 
 
@@ -67,7 +78,29 @@ def variants(s: dict) -> dict:
                 "drbs_lr_from_large": {**drbs, "num_envs": hi, "lr_scaling": "noise"},
                 # the ablation: the large start without the timing probe (the controller before it)
                 "drbs_from_large_no_probe": {**drbs, "num_envs": hi, "drbs_timing_probe": False}})
+    # the null comparison: the smallest fixed size again from other seeds (what a change of seeds
+    # alone does to the ratio; not a candidate for the best fixed B)
+    out[f"reseeded_fixed_{lo}"] = {"num_envs": lo, "seed": RESEED}
     return out
+
+
+RESEED = 1000  # the null run's base seed (the others use the default, 0)
+N_BOOT = 2000
+
+
+def ratio_interval(walls, best_walls, rng, ci: float = 0.9) -> tuple[float, float]:
+    """A bootstrap interval of ``median(walls) / median(best_walls)`` (per-seed wall seconds to
+    target, inf = not reached): seeds resampled with replacement in each run independently; a
+    resample whose median is not finite counts as an infinite ratio (NaN, NaN when a list is empty)."""
+    a, b = np.asarray(walls, dtype=float), np.asarray(best_walls, dtype=float)
+    if not a.size or not b.size:
+        return math.nan, math.nan
+    ra = np.median(a[rng.integers(0, a.size, (N_BOOT, a.size))], axis=1)
+    rb = np.median(b[rng.integers(0, b.size, (N_BOOT, b.size))], axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(np.isfinite(ra) & np.isfinite(rb), ra / rb, math.inf)
+    lo, hi = np.quantile(r, [(1 - ci) / 2, (1 + ci) / 2])
+    return float(lo), float(hi)
 
 
 def compile_seconds(records: list[dict]) -> np.ndarray:
@@ -113,6 +146,11 @@ def decision_floor(name: str, runs: dict, s: dict) -> float:
     return per[start] + estimates * per[lo] if probe else estimates * per[start]
 
 
+def ci_text(interval) -> str:
+    lo, hi = interval
+    return f"90% CI {fmt(lo)}-{fmt(hi)}" if math.isfinite(lo) else "—"
+
+
 def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
     from tclock import runlog
     from tclock.config import defaults_for
@@ -128,7 +166,8 @@ def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
     plain = without_compiles(records)
     _, w = to_target(plain, target)
     sizes = [r["num_envs"] for r in records]
-    return {"E_median": median_inf(e), "wall_median": median_inf(w), "wall_with_compiles_median": median_inf(w_with),
+    return {"E_median": median_inf(e), "wall_median": median_inf(w),
+            "wall_per_seed": [float(v) if math.isfinite(v) else math.inf for v in w], "wall_with_compiles_median": median_inf(w_with),
             "compile_s_in_loop": float(compile_seconds(records).sum()), "n_reached": int(sum(map(math.isfinite, e))),
             "seeds": len(e), "sizes_visited": sorted(set(sizes)), "final_size": sizes[-1] if sizes else None,
             "iterations": len(records), "config": runlog.read_config(cfg.out).get("lr_scaling"),
@@ -137,7 +176,7 @@ def run_one(task: str, name: str, changes: dict, s: dict, runs) -> dict:
 
 
 def main(argv=None) -> dict:
-    args = common.parse_args(NAME, __doc__.splitlines()[0], argv, extra=(common.TASKS_FLAG,))
+    args = common.parse_args(NAME, __doc__.splitlines()[0], argv, extra=(common.TASKS_FLAG, SEEDS_FLAG))
     s = settings(args)
     runs = common.fresh_runs_dir(args)
     data = {}
@@ -154,18 +193,24 @@ def report(args, s: dict, data: dict) -> dict:
     body, claims, rows = [], [], []
     within = []
     fig, axes = common.figure(1, len(data), (6.0 * len(data), 4.2))
+    rng = np.random.default_rng(0)
+    nulls = []
     for i, (task, runs) in enumerate(data.items()):
         fixed = {n: r for n, r in runs.items() if n.startswith("fixed_")}
         walls = {n: r["wall_median"] for n, r in fixed.items() if math.isfinite(r["wall_median"])}
         best = min(walls, key=walls.get) if walls else None
         for name, r in runs.items():
             ratio = r["wall_median"] / walls[best] if best and math.isfinite(r["wall_median"]) else math.nan
+            interval = (ratio_interval(r["wall_per_seed"], runs[best]["wall_per_seed"], rng)
+                        if best and name != best and "wall_per_seed" in r else (math.nan, math.nan))
             if name.startswith("drbs"):
-                within.append((task, name, ratio))
+                within.append((task, name, ratio, interval))
+            if name.startswith("reseeded"):
+                nulls.append((task, ratio, interval))
             first = r.get("first_move_wall", math.nan) / walls[best] if best else math.nan
             floor = decision_floor(name, runs, s) / walls[best] if best and name.startswith("drbs") else math.nan
             rows.append([task, name, f"{r['n_reached']}/{r['seeds']}", fmt(r["E_median"]), fmt(r["wall_median"]),
-                         fmt(ratio) + ("  (best fixed)" if name == best else ""),
+                         fmt(ratio) + ("  (best fixed)" if name == best else ""), ci_text(interval),
                          fmt(first) if math.isfinite(first) else "—", fmt(floor) if math.isfinite(floor) else "—",
                          fmt(r["wall_with_compiles_median"]),
                          fmt(r["compile_s_in_loop"]), str(r["sizes_visited"]), str(r["final_size"])])
@@ -193,20 +238,28 @@ def report(args, s: dict, data: dict) -> dict:
              "on an estimate, at the fixed runs' median iteration seconds, over the best fixed B's wall: "
              "`drbs_estimates` iterations at the start size, or, with the timing probe from above the smallest "
              "size, one iteration at the start and `drbs_estimates` at the smallest. `drbs_from_large_no_probe` is "
-             "the large start with `drbs_timing_probe` off (the controller before the probe), side by side.",
+             "the large start with `drbs_timing_probe` off (the controller before the probe), side by side. "
+             f"`reseeded_fixed_{s['sizes'][0]}` is the smallest fixed B again from base seed {RESEED} (the others: 0): "
+             "the ratio a change of seeds alone gives, the noise floor of every ratio here. `90% CI`: a bootstrap "
+             "of the ratio of medians, each run's seeds resampled on their own (with 3 seeds a crude interval; "
+             "a resample whose median seed never reached counts as infinite).",
              "",
              md_table(["task", "run", "seeds reached", "E median", "wall median s", "wall / best fixed",
+                       "90% CI (seeds resampled)",
                        "before first move / best fixed", "decision floor / best fixed", "wall with compiles", "compile s", "sizes visited", "final B"], rows), ""]
     for prefix, what in (("drbs_from", "DRBS, fixed lr"), ("drbs_lr_from", "DRBS with lr_scaling noise")):
-        got = [(t, n, r) for t, n, r in within if n in (f"{prefix}_small", f"{prefix}_large")]  # not the ablation
-        ok = [r for _, _, r in got if math.isfinite(r) and r <= 1.2]
-        text = "; ".join(f"{t} {n.split('_')[-1]} start: {fmt(r)}x" for t, n, r in got)
+        got = [(t, n, r, ci) for t, n, r, ci in within if n in (f"{prefix}_small", f"{prefix}_large")]  # not the ablation
+        ok = [r for _, _, r, _ in got if math.isfinite(r) and r <= 1.2]
+        text = "; ".join(f"{t} {n.split('_')[-1]} start: {fmt(r)}x ({ci_text(ci)})" for t, n, r, ci in got)
         verdict = "reproduced" if got and len(ok) == len(got) else "partly" if ok else "not reproduced"
         claims.append(common.claim(f"{prefix}_within_1.2", f"{what}: wall time to target within 1.2x of the best "
                                    "fixed B from either start", "— (tclock's issue 11 target)", text or "no runs",
                                    verdict, "ratios of median wall seconds to target, runs side by side"))
     notes = ["Fixed-B and DRBS runs ran one after another in one process on the same machine; the clocks are "
              "comparable within a task but the machine is shared: treat ratios as +-15%."]
+    notes += [f"Null comparison on {t}: the smallest fixed B from other seeds reads {fmt(r)}x of the best fixed B "
+              f"({ci_text(ci)}): a ratio of medians over {s['seeds']} seeds moves this much with the seeds alone."
+              for t, r, ci in nulls]
     return common.write_outputs(args, "DRBS by the critical batch vs fixed B", "\n".join(body), data, claims, figures,
                                 notes=notes, settings={k: v for k, v in s.items() if k != "cfg"} | {"cfg": s["cfg"]})
 
