@@ -555,6 +555,28 @@ def test_critical_drbs_times_measured_iterations_and_leaves_out_each_sizes_first
     assert c.iteration_time(64) is None
 
 
+def test_critical_drbs_steers_to_an_end_of_the_ladder_when_the_time_fit_has_no_optimum():
+    """A fit with a <= 0 (time grows faster than B) means B* -> 0: the smallest size, not a fall
+    back to the noise scale, which sent a real run up the ladder; k <= 0 weighs no per-env cost
+    and steers by the noise scale."""
+    from tclock.control import CriticalBatchController
+
+    def controller(times: dict):
+        c = CriticalBatchController(base=128, min=32, max=1024, step=1.0, band=1.5, min_estimates=1,
+                                    timing_probe=False)
+        c.load_state_dict({**c.state_dict(), "times": {str(b): [t] for b, t in times.items()}})
+        return c
+
+    superlinear = controller({32: 0.02, 64: 0.05, 128: 0.13})  # intercept < 0
+    a, k = superlinear.time_fit()
+    assert a < 0 < k
+    superlinear.observe(_record(400, num_envs=128, rt=0.0, learn=0.13))  # b = 400 alone would grow B
+    assert superlinear.target() == (32.0, "b_star") and superlinear.batch_size == 32
+    flat = controller({32: 0.05, 64: 0.05, 128: 0.049})  # k < 0: no per-env cost to weigh
+    flat.observe(_record(40, num_envs=128, rt=0.0, learn=0.049))
+    assert flat.target() == (pytest.approx(40.0), "b_crit") and flat.batch_size == 32
+
+
 def test_critical_drbs_validation():
     from tclock.control import CriticalBatchController
 

@@ -21,7 +21,8 @@ task needs.  This one steers by the quantity the S-E relation is about:
   the controller asks for estimates after each move; a plain iteration costs about 0.6x of one on
   a CPU, so a mix of the two made a size's time depend on which kind it happened to run), and
   leaves out each size's first iteration (the first call of its programs: on a CPU 0.05-0.08 s
-  more, 3x an iteration at B = 32, which read B* about 2-4x too large);
+  more, 3x an iteration at B = 32, which read B* about 2-4x too large).  A fit whose intercept
+  comes out <= 0 targets the smallest size (:meth:`CriticalBatchController.target`);
 * every ``min_estimates`` new estimates at the current size it compares B with the target
   (until they are in, :attr:`CriticalBatchController.wants_estimate` asks the loop to measure on
   every iteration, whatever ``gdc_every`` says: at the default cadence of 8 a decision would
@@ -143,24 +144,36 @@ class CriticalBatchController(LadderController):
         return float(np.median(times[1:] if len(times) > 1 else times))
 
     def time_fit(self) -> tuple[float, float] | None:
-        """``(a, k)`` of ``t(B) = a + k B`` over :meth:`iteration_time` per timed size, when at
-        least two sizes were timed and both terms are positive."""
+        """``(a, k)`` of ``t(B) = a + k B`` (least squares over :meth:`iteration_time` per timed
+        size) once at least two sizes were timed; either term may come out <= 0 (:meth:`target`)."""
         sizes = sorted(self._times)
         if len(sizes) < 2:
             return None
         from tclock.critical import fit_linear_time
 
         f = fit_linear_time(sizes, [self.iteration_time(b) for b in sizes])
-        return (f.a, f.k) if f.a > 0 and f.k > 0 else None
+        return f.a, f.k
 
     def target(self) -> tuple[float | None, str]:
-        """``(target envs, "b_star" | "b_crit")``; ``(None, "")`` before an estimate exists."""
+        """``(target envs, "b_star" | "b_crit")``; ``(None, "")`` before an estimate exists.
+
+        With two sizes timed the target is ``B* = sqrt(b a / k)``.  A fit with ``a <= 0`` (the
+        per-env cost grows faster than linearly: on a CPU a large B misses the caches) says the
+        fixed cost is too small to see, ``B* -> 0``: the target is the ladder's smallest size,
+        not ``b`` (falling back to ``b`` there sent a reacher run from 32 up to 512 late in
+        training, once its intercept crossed 0).  One with ``k <= 0`` (the time does not grow with
+        B, or no timings: all zero) carries no per-env cost to weigh, and the target stays ``b``."""
         if self._b is None:
             return None, ""
         fit = self.time_fit()
-        if fit is not None:
-            return math.sqrt(self._b * fit[0] / fit[1]), "b_star"
-        return self._b, "b_crit"
+        if fit is None:
+            return self._b, "b_crit"
+        a, k = fit
+        if k <= 0:
+            return self._b, "b_crit"
+        if a <= 0:
+            return float(self._ladder[0]), "b_star"
+        return math.sqrt(self._b * a / k), "b_star"
 
     # ------------------------------------------------------------------ the rule
     def observe(self, record: dict) -> int:
