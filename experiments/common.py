@@ -370,7 +370,9 @@ def write_outputs(args: argparse.Namespace, title: str, body_md: str, data: dict
     hw = hardware()
     runtime = time.perf_counter() - args.started
     head = [f"# {title}", "",
-            f"Mode: **{args.mode}**. Command: `{args.command}`. Runtime {runtime:.0f} s.", "",
+            f"Mode: **{args.mode}**. Command: `{args.command}`. Runtime {runtime:.0f} s"
+            + (" (this invocation: runs finished before were reused, not retrained)." if getattr(args, "resume", False)
+               else "."), "",
             f"Hardware: {hardware_line(hw)}.", ""]
     if args.mode == "smoke":
         head += ["> smoke mode: tiny sizes that only check the plumbing; the numbers below mean nothing.", ""]
