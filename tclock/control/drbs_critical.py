@@ -15,7 +15,7 @@ task needs.  This one steers by the quantity the S-E relation is about:
   policy, tens once it reaches the target; experiments/lr_batch.py), so a window that still held
   the old size's (older) estimates kept a
   run that had just moved down near its old size; or, once the run has timed iterations at two or more ladder
-  sizes and ``t(B) = a + k B`` has positive terms, the wall-clock optimum
+  sizes and ``t(B) = a + k B`` has a positive per-env term, the wall-clock optimum
   ``B* = sqrt(b a / k)`` (McCandlish et al. 2018; :func:`tclock.critical.wallclock_optimum`).
   ``t(B)`` is timed on the iterations that measured an estimate only (every size has them, since
   the controller asks for estimates after each move; a plain iteration costs about 0.6x of one on
@@ -51,14 +51,13 @@ The online estimate's calibration against sweeps is in RESULTS.md (experiments/l
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from tclock.control.checks import finite_number, is_int
 from tclock.control.drbs import LadderController, _check_range, _resolve_ladder
-from tclock.online_critical import OnlineCriticalBatch, source_of
+from tclock.online_critical import OnlineCriticalBatch
 from tclock.runlog import seed_median
 
 __all__ = ["Move", "CriticalBatchController"]
@@ -173,14 +172,17 @@ class CriticalBatchController(LadderController):
             return self._b, "b_crit"
         if a <= 0:
             return float(self._ladder[0]), "b_star"
-        return math.sqrt(self._b * a / k), "b_star"
+        from tclock.critical import wallclock_optimum
+
+        return wallclock_optimum(self._b, a, k), "b_star"
 
     # ------------------------------------------------------------------ the rule
     def observe(self, record: dict) -> int:
         """Takes one iteration's record; returns the batch size for the next rollout."""
         rt, learn, b_now = record.get("rt_s"), record.get("learn_s"), record.get("num_envs")
-        measured = source_of(record.keys()) is not None  # only these are timed: every size has them
-        if measured and finite_number(rt) and finite_number(learn) and is_int(b_now):
+        ratio = self._estimates.add(record)  # None on a plain iteration (no estimate logged)
+        if ratio is not None and finite_number(rt) and finite_number(learn) and is_int(b_now):
+            # only measured iterations are timed: every size has them
             first_timing = not self._times
             self._times.setdefault(int(b_now), []).append(float(rt) + float(learn))
             if len(self._times[int(b_now)]) > 50:  # keep the first (the warm-up iteration_time leaves out)
@@ -189,7 +191,6 @@ class CriticalBatchController(LadderController):
                 # the start size is timed (a resumed run keeps its timings): time the cheapest size next
                 self._change(self._ladder[0], float(self._ladder[0]), "timing_probe")
                 return self._size
-        ratio = self._estimates.add(record)
         b = seed_median(ratio) if ratio is not None else None
         if b is None or b <= 0:
             return self._size
