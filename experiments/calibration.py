@@ -23,6 +23,7 @@ import math
 import common
 import lr_batch
 from common import fmt, md_table
+from tclock import thresholds
 
 NAME = "calibration"
 # Where a task has grids from two base seeds, the pooled one (6 seeds per cell) is read: load() takes
@@ -32,6 +33,9 @@ INPUTS = ("experiments/results/lr_batch", "experiments/results/lr_batch_reacher"
           "experiments/results/lr_batch_reacher_hold_pooled", "experiments/results/lr_batch_reacher_hold_dense_pooled")
 SEED_RERUNS = ("experiments/results/lr_batch_seed1", "experiments/results/lr_batch_dense_seed1",
                "experiments/results/lr_batch_reacher_hold_long_seed1", "experiments/results/lr_batch_reacher_hold_dense_seed1")
+# The run sets the threshold analysis reads (lr_batch.BATCH_SETS): every run, and every run but the
+# ones a smaller lr beat (the step-size rule's class, judged apart).
+THRESHOLD_SETS = ("every lr", "every lr but 'lr too large'")
 # What each task varies, for the table: the issue asks for >= 3 tasks, one a second physical system
 # and one with a different reward structure.
 KIND = {"pointmass_reach": "point mass, sparse reward (the default task)",
@@ -103,6 +107,9 @@ def main(argv=None) -> dict:
     per_lr = {lr: lr_batch.batch_agreement([r for r in rows if r["lr"] == lr], lr_batch.BATCH_SETS["every lr"])
               for lr in sorted({r["lr"] for r in rows})}
     sizes = sorted({int(b) for d in data.values() for b in (d["online"].get("tuned_by_b") or {})})
+    by_t = {name: {t: lr_batch.flag_agreement(rows, lr_batch.BATCH_SETS[name], t) for t in lr_batch.THRESHOLD_GRID}
+            for name in THRESHOLD_SETS}
+    held = {name: lr_batch.held_out_thresholds(data, lr_batch.BATCH_SETS[name]) for name in THRESHOLD_SETS}
     figures = [lr_batch.calibration_figure(args, data)]
 
     def frac(v):
@@ -131,6 +138,25 @@ def main(argv=None) -> dict:
             "", "Per lr, every task (where along the lr grid the online class misses):", "",
             md_table(["lr", "above", "below"], [[f"{lr:g}", frac(v["above"]), frac(v["below"])]
                                                 for lr, v in per_lr.items()]),
+            "",
+            "## Would another threshold make it a verdict?", "",
+            "The flag above at B > t x the run's online estimate, for each t of a grid fixed in advance (the "
+            f"doctor's two-clocks is t = {thresholds.BATCH_ABOVE:g}, its watch t = {thresholds.BATCH_NEAR:g}); "
+            "every task's labelled runs together:", "",
+            md_table(["t", *[f"{name}: {cls}" for name in THRESHOLD_SETS for cls in ("above", "below")]],
+                     [[f"{t:g}", *[frac(by_t[name][t][cls]) for name in THRESHOLD_SETS for cls in ("above", "below")]]
+                      for t in lr_batch.THRESHOLD_GRID]), "",
+            "Choosing t on the same runs flatters it, so each task is held out in turn: t is the grid value whose "
+            "worse class agrees best over the other tasks (a tie goes to the larger t), scored on the held-out "
+            "task only.", "",
+            md_table(["task", *[f"{name}: t, above, below" for name in THRESHOLD_SETS]],
+                     [[task, *[(f"{held[name]['per_task'][task]['threshold']:g}, "
+                                f"{frac(held[name]['per_task'][task]['above'])}, "
+                                f"{frac(held[name]['per_task'][task]['below'])}")
+                               if task in held[name]["per_task"] else "—" for name in THRESHOLD_SETS]]
+                      for task in data] +
+                     [["**held out, pooled**", *[f"above {frac(held[name]['pooled']['above'])}, below "
+                                                 f"{frac(held[name]['pooled']['below'])}" for name in THRESHOLD_SETS]]]),
             ""]
     seeds = seed_rows(args.seeds_from)
     if seeds:
@@ -158,9 +184,24 @@ def main(argv=None) -> dict:
                                    f"above {frac(v['above'])}, below {frac(v['below'])}",
                                    "reproduced" if ok else "partly" if any(x["agree"] for x in v.values())
                                    else "not reproduced", "labels from each task's tuned fit"))
+    v = held["every lr"]["pooled"]
+    ok = all(x["n"] and x["agree"] / x["n"] >= 0.9 for x in v.values())
+    claims.append(common.claim("online_batch_verdict_held_out_threshold",
+                               "the online critical batch alone classes every run above / below with its threshold "
+                               "chosen on the other tasks (every lr, every task)",
+                               "— (tclock's issue 11: >= 90% per class, >= 2 tasks)",
+                               f"above {frac(v['above'])}, below {frac(v['below'])} (held-out thresholds: "
+                               + ", ".join(f"{t}: {x['threshold']:g}" for t, x in held["every lr"]["per_task"].items())
+                               + ")",
+                               "reproduced" if ok else "partly" if any(x["agree"] for x in v.values())
+                               else "not reproduced",
+                               "leave one task out: t from the grid " + ", ".join(f"{t:g}" for t in lr_batch.THRESHOLD_GRID)
+                               + " maximising the worse class over the other tasks; labels from each task's tuned fit"))
     return common.write_outputs(args, "Calibration: the online critical batch against the sweeps", "\n".join(body),
                                 {"tasks": list(data), "sources": source, "within_2x": within, "batch_sets": sets,
-                                 "per_task": per_task, "per_lr": {f"{lr:g}": v for lr, v in per_lr.items()}},
+                                 "per_task": per_task, "per_lr": {f"{lr:g}": v for lr, v in per_lr.items()},
+                                 "by_threshold": {name: {f"{t:g}": a for t, a in v.items()} for name, v in by_t.items()},
+                                 "held_out_threshold": held},
                                 claims, figures,
                                 settings={"inputs": list(args.inputs), "seeds_from": list(args.seeds_from)})
 

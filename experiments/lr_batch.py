@@ -406,6 +406,51 @@ def batch_agreement(rows: list[dict], keep=BATCH_SETS["best lr at each B"]) -> d
     return out
 
 
+# B / online estimate above which a run is flagged, for the threshold analysis (the doctor's
+# two-clocks sits at BATCH_ABOVE = 2, its watch at BATCH_NEAR = 1).  Fixed in advance: the grid the
+# held-out choice below picks from.
+THRESHOLD_GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+
+
+def flag_agreement(rows: list[dict], keep, threshold: float) -> dict:
+    """:func:`batch_agreement` with the flag at ``B > threshold x`` the run's online estimate
+    (a run without an estimate is not flagged, as the doctor gives no batch verdict there)."""
+    out = {}
+    for cls in ("above", "below"):
+        members = [r for r in rows if keep(r) and r["batch_label"] == cls]
+        flagged = [bool(r.get("b_crit_online_envs")) and r["num_envs"] > threshold * r["b_crit_online_envs"]
+                   for r in members]
+        out[cls] = {"n": len(members), "agree": sum(f == (cls == "above") for f in flagged)}
+    return out
+
+
+def _worse_class(agreement: dict) -> float:
+    """The smaller per-class agreement rate over classes with runs (-1 when neither has any)."""
+    rates = [v["agree"] / v["n"] for v in agreement.values() if v["n"]]
+    return min(rates) if rates else -1.0
+
+
+def held_out_thresholds(data: dict, keep, grid=THRESHOLD_GRID) -> dict:
+    """Leave one task out: for each task with labelled runs, the threshold of ``grid`` whose worse
+    class agrees best over the *other* tasks' runs (a tie goes to the larger threshold: fewer
+    flags), then that threshold's agreement on the held-out task.  ``data``: task -> its
+    ``cells``.  Returns ``{"per_task": {task: {"threshold", "above", "below"}}, "pooled": {"above",
+    "below"}}``: the pooled counts judge a threshold that was never chosen on the runs it is scored
+    on (the in-sample choice over all tasks flatters it)."""
+    per_task, pooled = {}, {"above": {"n": 0, "agree": 0}, "below": {"n": 0, "agree": 0}}
+    for held, d in data.items():
+        if not any(keep(r) and r["batch_label"] in ("above", "below") for r in d["cells"]):
+            continue
+        others = [r for t, o in data.items() if t != held for r in o["cells"]]
+        best = max(sorted(grid), key=lambda t: (_worse_class(flag_agreement(others, keep, t)), t))
+        got = flag_agreement(d["cells"], keep, best)
+        per_task[held] = {"threshold": best, **got}
+        for cls in pooled:
+            pooled[cls]["n"] += got[cls]["n"]
+            pooled[cls]["agree"] += got[cls]["agree"]
+    return {"per_task": per_task, "pooled": pooled}
+
+
 def reproducibility(data: dict, reference_path: str) -> list[dict]:
     """Per task also in the reference results: both tuned B_crit values, their ratio and whether
     the 90% CIs overlap (tclock's issue 11: within 2x and overlapping)."""
