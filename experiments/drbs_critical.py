@@ -21,6 +21,7 @@ ended.
     python experiments/drbs_critical.py --quick --tasks reacher_hold --out experiments/results/drbs_critical_reacher_hold
     # the same on pointmass_reach with 8 seeds per run (the 3-seed ratios sit inside the seeds' noise)
     python experiments/drbs_critical.py --quick --tasks pointmass_reach --seeds 8 --out experiments/results/drbs_critical_8seeds
+    python experiments/drbs_critical.py --quick --tasks reacher_hold --seeds 8 --out experiments/results/drbs_critical_reacher_hold_8seeds
     python experiments/drbs_critical.py           # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
 """
 from __future__ import annotations
