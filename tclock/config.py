@@ -13,9 +13,7 @@ from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field and the fix."""
+from tclock.errors import ConfigError  # noqa: F401  (raised here; tclock.config.ConfigError for callers)
 
 
 @dataclass

@@ -29,7 +29,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from tclock.config import ConfigError
+from tclock.errors import ConfigError
 
 __all__ = ["Launch", "check_launch", "initialize", "partition", "barrier", "is_lead", "HEARTBEAT_S"]
 

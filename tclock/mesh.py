@@ -29,7 +29,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tclock.config import ConfigError
+from tclock.errors import ConfigError
 
 __all__ = ["AXES", "MeshShape", "parse_mesh", "check_divides", "RunMesh", "resolve", "single_device", "to_host"]
 

@@ -41,7 +41,7 @@ def _installed(module: str) -> bool:
 
 def check_available(cfg) -> None:
     """Raises ``ConfigError`` naming the field and the extra when a requested package is missing."""
-    from tclock.config import ConfigError
+    from tclock.errors import ConfigError
 
     if cfg.tensorboard and not _installed("tensorboardX"):
         raise ConfigError(f"tensorboard: --tensorboard writes event files with tensorboardX, which is not "

@@ -113,7 +113,7 @@ class IMPALA(ActorCritic):
 
 
 def validate_impala(cfg) -> None:
-    from tclock.config import ConfigError
+    from tclock.errors import ConfigError
 
     if cfg.num_envs % cfg.num_minibatches:
         raise ConfigError(f"num_minibatches: IMPALA splits the {cfg.num_envs} env sequences into minibatches, so "

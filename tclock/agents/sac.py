@@ -240,7 +240,7 @@ class SAC(SeededInit, MeshLayout):
 
 def validate_sac(cfg) -> None:
     """SAC's config checks, before anything compiles (each names the field and the fix)."""
-    from tclock.config import ConfigError
+    from tclock.errors import ConfigError
 
     B_max = cfg.drbs_max if cfg.drbs else cfg.num_envs
     rollout = B_max * cfg.unroll_length
