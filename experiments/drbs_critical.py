@@ -22,6 +22,7 @@ ended.
     # the same on pointmass_reach with 8 seeds per run (the 3-seed ratios sit inside the seeds' noise)
     python experiments/drbs_critical.py --quick --tasks pointmass_reach --seeds 8 --out experiments/results/drbs_critical_8seeds
     python experiments/drbs_critical.py --quick --tasks reacher_hold --seeds 8 --out experiments/results/drbs_critical_reacher_hold_8seeds
+    python experiments/drbs_critical.py --quick --tasks pointmass_reach_fine --seeds 8 --out experiments/results/drbs_critical_fine_8seeds
     python experiments/drbs_critical.py           # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
 """
 from __future__ import annotations

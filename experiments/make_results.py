@@ -24,7 +24,7 @@ ORDER = ("latency_table", "rollout_scaling", "gdc_vs_batch", "critical_point", "
          "lr_batch_reacher_hold_long_seed1", "lr_batch_reacher_hold_pooled", "lr_batch_dense_seed1", "lr_batch_dense_pooled",
          "lr_batch_reacher_hold_dense", "lr_batch_reacher_hold_dense_seed1", "lr_batch_reacher_hold_dense_pooled",
          "lr_batch_seed1", "calibration", "drbs_critical", "drbs_critical_reacher_hold", "drbs_critical_8seeds",
-         "drbs_critical_reacher_hold_8seeds", "mitigations")
+         "drbs_critical_reacher_hold_8seeds", "drbs_critical_fine_8seeds", "mitigations")
 
 
 def load(results_dir: Path) -> dict[str, dict]:
