@@ -95,6 +95,13 @@ def seed_rows(folders) -> list[list]:
     return rows
 
 
+def per_class_verdict(agreement: dict) -> str:
+    """Issue 11's bar for a batch verdict: every class with runs agrees on >= 90% of them."""
+    if all(x["n"] and x["agree"] / x["n"] >= 0.9 for x in agreement.values()):
+        return "reproduced"
+    return "partly" if any(x["agree"] for x in agreement.values()) else "not reproduced"
+
+
 def main(argv=None) -> dict:
     args = common.parse_args(NAME, __doc__.splitlines()[0], argv, extra=EXTRA_FLAGS)
     data, source = load(args.inputs)
@@ -177,15 +184,12 @@ def main(argv=None) -> dict:
                                    "not trusted counts as no"))
     for name in ("best lr at each B", "every lr"):
         v = sets[name]
-        ok = all(x["n"] and x["agree"] / x["n"] >= 0.9 for x in v.values())
         claims.append(common.claim(f"online_batch_verdict_all_{name.replace(' ', '_')}",
                                    f"the online critical batch alone classes runs above / below ({name}, every task)",
                                    "— (tclock's issue 11: >= 90% per class, >= 2 tasks)",
                                    f"above {frac(v['above'])}, below {frac(v['below'])}",
-                                   "reproduced" if ok else "partly" if any(x["agree"] for x in v.values())
-                                   else "not reproduced", "labels from each task's tuned fit"))
+                                   per_class_verdict(v), "labels from each task's tuned fit"))
     v = held["every lr"]["pooled"]
-    ok = all(x["n"] and x["agree"] / x["n"] >= 0.9 for x in v.values())
     claims.append(common.claim("online_batch_verdict_held_out_threshold",
                                "the online critical batch alone classes every run above / below with its threshold "
                                "chosen on the other tasks (every lr, every task)",
@@ -193,8 +197,7 @@ def main(argv=None) -> dict:
                                f"above {frac(v['above'])}, below {frac(v['below'])} (held-out thresholds: "
                                + ", ".join(f"{t}: {x['threshold']:g}" for t, x in held["every lr"]["per_task"].items())
                                + ")",
-                               "reproduced" if ok else "partly" if any(x["agree"] for x in v.values())
-                               else "not reproduced",
+                               per_class_verdict(v),
                                "leave one task out: t from the grid " + ", ".join(f"{t:g}" for t in lr_batch.THRESHOLD_GRID)
                                + " maximising the worse class over the other tasks; labels from each task's tuned fit"))
     return common.write_outputs(args, "Calibration: the online critical batch against the sweeps", "\n".join(body),

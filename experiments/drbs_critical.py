@@ -219,17 +219,14 @@ def main(argv=None) -> dict:
     return report(args, s, data)
 
 
-def pooled_smallest_note(task: str, runs: dict, s: dict) -> str | None:
+def pooled_smallest_note(task: str, runs: dict, s: dict, best: float) -> str | None:
     """The smallest fixed B's median wall over both seed sets (its run and the null run's), and the
-    DRBS ratios against it when it beats the best fixed B of the seed-0 runs: one seed set can
-    make the wrong size look best.  None without a null run or a best fixed B."""
+    DRBS ratios against it when it beats ``best`` (the best fixed B's median wall, seed-0 runs):
+    one seed set can make the wrong size look best.  None without a null run."""
     small, null = runs.get(f"fixed_{s['sizes'][0]}"), runs.get(f"reseeded_fixed_{s['sizes'][0]}")
-    walls = {n: r["wall_median"] for n, r in runs.items() if n.startswith("fixed_") and math.isfinite(r["wall_median"])}
-    if not small or not null or not walls:
+    if not small or not null:
         return None
-    per_seed = [math.inf if w is None else w for w in small["wall_per_seed"] + null["wall_per_seed"]]  # None: JSON inf
-    pooled = float(np.median(np.asarray(per_seed, dtype=float)))
-    best = min(walls.values())
+    pooled = float(np.median(small["wall_per_seed"] + null["wall_per_seed"]))
     text = (f"On {task} the smallest fixed B over both seed sets ({small['seeds'] + null['seeds']} seeds) takes "
             f"{fmt(pooled)} s to target, {fmt(pooled / best)}x the best fixed B's {fmt(best)} s")
     if not pooled < best:
@@ -244,11 +241,13 @@ def report(args, s: dict, data: dict) -> dict:
     within = []
     fig, axes = common.figure(1, len(data), (6.0 * len(data), 4.2))
     rng = np.random.default_rng(0)
-    nulls = []
+    nulls, pooled_notes = [], []
     for i, (task, runs) in enumerate(data.items()):
         fixed = {n: r for n, r in runs.items() if n.startswith("fixed_")}
         walls = {n: r["wall_median"] for n, r in fixed.items() if math.isfinite(r["wall_median"])}
         best = min(walls, key=walls.get) if walls else None
+        if best and (note := pooled_smallest_note(task, runs, s, walls[best])):
+            pooled_notes.append(note)
         for name, r in runs.items():
             ratio = r["wall_median"] / walls[best] if best and math.isfinite(r["wall_median"]) else math.nan
             interval = (ratio_interval(r["wall_per_seed"], runs[best]["wall_per_seed"], rng)
@@ -321,7 +320,7 @@ def report(args, s: dict, data: dict) -> dict:
     notes += [f"Null comparison on {t}: the smallest fixed B from other seeds reads {fmt(r)}x of the best fixed B "
               f"({ci_text(ci)}): a ratio of medians over {s['seeds']} seeds moves this much with the seeds alone."
               for t, r, ci in nulls]
-    notes += [n for task, runs in data.items() if (n := pooled_smallest_note(task, runs, s))]
+    notes += pooled_notes
     return common.write_outputs(args, "DRBS by the critical batch vs fixed B", "\n".join(body), data, claims, figures,
                                 notes=notes, settings={k: v for k, v in s.items() if k != "cfg"} | {"cfg": s["cfg"]})
 

@@ -398,11 +398,16 @@ def batch_agreement(rows: list[dict], keep=BATCH_SETS["best lr at each B"]) -> d
     """Runs by their tuned-B_crit label: how many the online estimate alone gets right.  An
     'above' run agrees when the online class is above (the doctor's two-clocks); a 'below' run
     agrees when it is not above (no batch flag; 'near' is a watch, not a verdict)."""
+    return _agreement(rows, keep, lambda r: r["online_class"] == "above")
+
+
+def _agreement(rows: list[dict], keep, flagged) -> dict:
+    """Per tuned-B_crit label class: its runs (of those ``keep`` takes) and how many ``flagged``
+    gets right (an 'above' run flagged, a 'below' run not)."""
     out = {}
     for cls in ("above", "below"):
         members = [r for r in rows if keep(r) and r["batch_label"] == cls]
-        out[cls] = {"n": len(members), "agree": sum((r["online_class"] == "above") == (cls == "above")
-                                                    for r in members)}
+        out[cls] = {"n": len(members), "agree": sum(bool(flagged(r)) == (cls == "above") for r in members)}
     return out
 
 
@@ -415,13 +420,8 @@ THRESHOLD_GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 def flag_agreement(rows: list[dict], keep, threshold: float) -> dict:
     """:func:`batch_agreement` with the flag at ``B > threshold x`` the run's online estimate
     (a run without an estimate is not flagged, as the doctor gives no batch verdict there)."""
-    out = {}
-    for cls in ("above", "below"):
-        members = [r for r in rows if keep(r) and r["batch_label"] == cls]
-        flagged = [bool(r.get("b_crit_online_envs")) and r["num_envs"] > threshold * r["b_crit_online_envs"]
-                   for r in members]
-        out[cls] = {"n": len(members), "agree": sum(f == (cls == "above") for f in flagged)}
-    return out
+    return _agreement(rows, keep, lambda r: bool(r.get("b_crit_online_envs"))
+                      and r["num_envs"] > threshold * r["b_crit_online_envs"])
 
 
 def _worse_class(agreement: dict) -> float:
@@ -442,7 +442,7 @@ def held_out_thresholds(data: dict, keep, grid=THRESHOLD_GRID) -> dict:
         if not any(keep(r) and r["batch_label"] in ("above", "below") for r in d["cells"]):
             continue
         others = [r for t, o in data.items() if t != held for r in o["cells"]]
-        best = max(sorted(grid), key=lambda t: (_worse_class(flag_agreement(others, keep, t)), t))
+        best = max(grid, key=lambda t: (_worse_class(flag_agreement(others, keep, t)), t))
         got = flag_agreement(d["cells"], keep, best)
         per_task[held] = {"threshold": best, **got}
         for cls in pooled:
