@@ -198,8 +198,8 @@ def report(args, s: dict, data: dict) -> dict:
     distrusted = [f"{task} seed {x['base_seed']}" for task, d in data.items() for x in d["sweeps"]
                   if x.get("b_crit_trusted") is False]
     if distrusted:
-        notes.append("sweeps whose B_crit fit is not trustworthy (tclock's rule: R² >= 0.8, CI within 10x, >= 3 "
-                     f"batch sizes reached): {', '.join(distrusted)}; their rows are reported but the doctor would "
+        notes.append("sweeps whose B_crit fit is not trustworthy (tclock's rule: R² >= 0.8, CI within 10x from "
+                     f">= 90% of the resamples, >= 3 batch sizes reached): {', '.join(distrusted)}; their rows are reported but the doctor would "
                      "not use them as a measurement.")
     fig, ax = common.figure(1, 1, (7.5, 4.4))
     ax = ax[0][0]

@@ -5,7 +5,7 @@ asynchronous pipeline) is the learner training on stale data.
                       rests on a **measured** B_crit: the sweep's fit in the parent directory's
                       ``summary.json`` (the run is one batch size of a sweep, or the user put it
                       there), when the sweep marks it trusted (``b_crit_trusted``: R² >= 0.8, CI
-                      within 10x, >= 3 batch sizes reached).  B > 2 [BATCH_ABOVE] x B_crit -> two-clocks ("above the critical
+                      within 10x from >= 90% of the resamples, >= 3 batch sizes reached).  B > 2 [BATCH_ABOVE] x B_crit -> two-clocks ("above the critical
                       batch"); 1 [BATCH_NEAR]-2 x -> watch; below -> healthy.  The cost is stated
                       with the S-E relation of McCandlish et al. (docs/design.md §2):
                       ``E/E_min = 1 + B/B_crit`` env steps relative to the minimum; the advice is

@@ -319,7 +319,7 @@ def _read_run(run_dir: Path, target: float | None, metric: str, smooth_steps: fl
 
 
 # --------------------------------------------------------------------------- across batch sizes
-def _fit_b_crit(rows: list[dict], notes: list[str], n_boot: int, ci: float, rng,
+def _fit_b_crit(rows: list[dict], n_boot: int, ci: float, rng,
                 tuned: critical.BootstrapResult | None = None) -> tuple[dict | None, str]:
     """The S(B) fit with its bootstrap CI (a dict, or None) and the fit note; ``tuned``: the
     interval of a B x lr grid (:func:`tclock.critical.bootstrap_tuned_b_crit`) used instead of
@@ -349,9 +349,6 @@ def _fit_b_crit(rows: list[dict], notes: list[str], n_boot: int, ci: float, rng,
     boot = tuned if tuned is not None else critical.bootstrap_b_crit(Bs, sp, T, n_boot=n_boot, ci=ci, rng=rng)
     fit.update({"ci_low": boot.low, "ci_high": boot.high, "ci_level": ci,
                 "bootstrap_success_fraction": boot.success_fraction, "n_boot": int(n_boot)})
-    if boot.success_fraction < 0.9:
-        notes.append(f"only {boot.success_fraction:.0%} of bootstrap resamples gave a finite B_crit; "
-                     f"the CI is conditional on those and optimistic")
     return fit, cf.note
 
 
@@ -372,7 +369,8 @@ def _time_fit(rows: list[dict], b_crit: float, notes: list[str]) -> tuple[dict |
 def fit_trust(fit: dict | None, rows: list[dict]) -> tuple[bool, list[str]]:
     """Whether the B_crit fit can be used as a measurement, and why not: R² below
     ``thresholds.FIT_MIN_R2``, a CI wider than ``FIT_MAX_CI_RATIO``x (or none), fewer than
-    ``FIT_MIN_BATCHES`` batch sizes reached, or no finite B_crit."""
+    ``FIT_MIN_BOOT_SUCCESS`` of the bootstrap resamples with a finite B_crit (when the fit
+    records it), fewer than ``FIT_MIN_BATCHES`` batch sizes reached, or no finite B_crit."""
     if fit is None or not math.isfinite(as_float(fit.get("b_crit"))):
         return False, ["no finite B_crit"]
     why = []
@@ -383,6 +381,11 @@ def fit_trust(fit: dict | None, rows: list[dict]) -> tuple[bool, list[str]]:
         why.append("no bootstrap CI")
     elif hi / lo > thresholds.FIT_MAX_CI_RATIO:
         why.append(f"the CI spans {hi / lo:.0f}x (> {thresholds.FIT_MAX_CI_RATIO:g}x)")
+    success = as_float(fit.get("bootstrap_success_fraction", 1.0))
+    if not success >= thresholds.FIT_MIN_BOOT_SUCCESS:
+        why.append(f"only {success:.0%} of bootstrap resamples gave a finite B_crit (< "
+                   f"{thresholds.FIT_MIN_BOOT_SUCCESS:.0%}): the CI leaves out the rest, where B_crit fell outside "
+                   "the swept range, so it is narrower than the data allow")
     reached = sum(1 for r in rows if math.isfinite(as_float(r["steps_to_target"]["median"])))
     if reached < thresholds.FIT_MIN_BATCHES:
         why.append(f"only {reached} batch sizes reached the target (< {thresholds.FIT_MIN_BATCHES})")
@@ -411,7 +414,7 @@ def analyse_runs(rows: list[dict], notes: list[str], n_boot: int = 1000, ci: flo
     (one lr, or with ``tuned`` the best lr's row at each B of a grid)."""
     Bs = np.array([r["batch"] for r in rows], dtype=float)
     not_reached = [r["batch"] for r in rows if not np.isfinite(r["steps_to_target"]["median"])]
-    fit, fit_note = _fit_b_crit(rows, notes, n_boot, ci, rng, tuned)
+    fit, fit_note = _fit_b_crit(rows, n_boot, ci, rng, tuned)
     b_crit = fit["b_crit"] if fit else math.nan
     gdc = [r["gdc_mean"] for r in rows]
     cliff = critical.gdc_cliff(Bs.astype(int), gdc, thresholds.GDC_LOW) if rows else None

@@ -61,5 +61,8 @@ KL_STALE = 0.05  # ... or a median behaviour-vs-learner KL above this
 FIT_MIN_R2 = 0.8  # R² of S(B) = S_min + c/B on the per-B medians
 FIT_MAX_CI_RATIO = 10.0  # the 90% bootstrap CI may span at most this factor (high / low)
 FIT_MIN_BATCHES = 3  # batch sizes whose median seed reached the target
+# share of bootstrap resamples whose fit gives a finite B_crit; below it the CI is conditional on
+# the resamples that succeeded (those where B_crit fell outside the swept range are dropped)
+FIT_MIN_BOOT_SUCCESS = 0.9
 STEP_TOO_LARGE = 1 + 0.4 ** 0.5  # r_B above this: lr too large (r(2-r) <= 0.6, tclock.step_size)
 STEP_LIMITED_RISE = 1.5  # a fixed-lr sweep's B whose median E is above this x the best larger B's (quartiles apart)

@@ -352,6 +352,11 @@ def test_a_clean_synthetic_sweep_is_trusted_and_a_poor_fit_is_not(tmp_path):
     ok, why = fit_trust(good, rows[2:])
     assert not ok and "only 1 batch sizes reached" in why[0]
     assert fit_trust(None, rows) == (False, ["no finite B_crit"])
+    # a CI from only the resamples that gave a finite B_crit is narrower than the data allow
+    assert fit_trust({**good, "bootstrap_success_fraction": 0.9}, rows) == (True, [])
+    ok, why = fit_trust({**good, "bootstrap_success_fraction": 0.62}, rows)
+    assert not ok and why == [why[0]] and "only 62% of bootstrap resamples" in why[0]
+    assert not fit_trust({**good, "bootstrap_success_fraction": float("nan")}, rows)[0]
     # a median reached at the first iteration the trailing window allows is censored, not measured
     censored = [*rows[:2], {**rows[2], "steps_to_target": {"median": 4.0}}]
     ok, why = fit_trust(good, censored)
