@@ -11,7 +11,11 @@ their ``results.json`` files and puts every task side by side:
 * the batch verdict from the online estimate alone (what ``tclock doctor`` says without a sweep)
   against labels from each task's tuned fit (above: B > 2 B_crit, below: B < B_crit / 2), per class,
   over all tasks together and per task;
-* the reproducibility rows of any seed reruns given (``--seeds-from``).
+* the reproducibility rows of any seed reruns given (``--seeds-from``);
+* ``tclock doctor``'s batch verdict against an independent sweep (``--pairs``): where a task has
+  grids from two base seeds, each grid's runs, judged by the doctor with their own grid's sweep
+  (what it said when the grid was analysed), are labelled by the other grid's tuned B_crit (both
+  ways round; an untrusted labelling fit gives no labels).
 
     python experiments/calibration.py --quick      # the committed lr_batch* results
     python experiments/calibration.py --quick --inputs experiments/results/lr_batch experiments/results/lr_batch_dense
@@ -31,8 +35,13 @@ NAME = "calibration"
 INPUTS = ("experiments/results/lr_batch", "experiments/results/lr_batch_reacher", "experiments/results/lr_batch_dense",
           "experiments/results/lr_batch_dense_pooled", "experiments/results/lr_batch_reacher_hold_long",
           "experiments/results/lr_batch_reacher_hold_pooled", "experiments/results/lr_batch_reacher_hold_dense_pooled")
-SEED_RERUNS = ("experiments/results/lr_batch_seed1", "experiments/results/lr_batch_dense_seed1",
-               "experiments/results/lr_batch_reacher_hold_long_seed1", "experiments/results/lr_batch_reacher_hold_dense_seed1")
+# (base seed 0, base seed 1) grids of the same tasks, sizes and lrs: the seed reruns and the doctor's
+# independent labels read them.
+SEED_PAIRS = (("experiments/results/lr_batch", "experiments/results/lr_batch_seed1"),
+              ("experiments/results/lr_batch_dense", "experiments/results/lr_batch_dense_seed1"),
+              ("experiments/results/lr_batch_reacher_hold_long", "experiments/results/lr_batch_reacher_hold_long_seed1"),
+              ("experiments/results/lr_batch_reacher_hold_dense", "experiments/results/lr_batch_reacher_hold_dense_seed1"))
+SEED_RERUNS = tuple(rerun for _, rerun in SEED_PAIRS)
 # The run sets the threshold analysis reads (lr_batch.BATCH_SETS): every run, and every run but the
 # ones a smaller lr beat (the step-size rule's class, judged apart).
 THRESHOLD_SETS = ("every lr", "every lr but 'lr too large'")
@@ -52,6 +61,9 @@ EXTRA_FLAGS = (
                              "one with the most seeds wins, the later one on a tie"}),
     (("--seeds-from",), {"nargs": "*", "default": list(SEED_RERUNS),
                          "help": "lr_batch results folders of seed reruns (their reproducibility rows are listed)"}),
+    (("--pairs",), {"nargs": "*", "default": [f"{a}:{b}" for a, b in SEED_PAIRS], "metavar": "GRID_A:GRID_B",
+                    "help": "two lr_batch results folders of the same tasks from different base seeds; each one's "
+                            "doctor verdicts are scored against the other's tuned B_crit"}),
 )
 
 
@@ -93,6 +105,35 @@ def seed_rows(folders) -> list[list]:
             if c["id"] == "tuned_b_crit_reproducible":
                 rows.append([str(folder), c["tclock"], c["verdict"]])
     return rows
+
+
+def independent_judgements(pairs) -> list[dict]:
+    """For every task both grids of a pair hold, both ways round: the judged grid's runs (their
+    ``doctor`` class: tclock doctor with that grid's own sweep) labelled by the other grid's tuned
+    B_crit (:func:`lr_batch.relabelled`; none when that fit is not trusted)."""
+    out = []
+    for pair in pairs:
+        folders = pair.split(":")
+        if len(folders) != 2 or not all(folders):
+            raise SystemExit(f"--pairs: {pair!r} is not GRID_A:GRID_B (two lr_batch results folders)")
+        results = [read_results(f, "--pairs") for f in folders]
+        for f, r in zip(folders, results):
+            if r is None:
+                raise SystemExit(f"--pairs: {common.repo_path(f) / 'results.json'} does not exist; run "
+                                 "experiments/lr_batch.py for it first (its docstring has the commands)")
+        for task in sorted(results[0]["data"].keys() & results[1]["data"].keys()):
+            grids = [(f, r["data"][task]) for f, r in zip(folders, results)]
+            for (judged, j), (labels, lab) in (grids, grids[::-1]):
+                out.append({"task": task, "judged": judged, "labels": labels, "judged_trusted": j["tuned"]["trusted"],
+                            "labels_trusted": lab["tuned"]["trusted"], "rows": lr_batch.relabelled(j["cells"], lab)})
+    return out
+
+
+def pooled_agreement(judgements: list[dict], keep, judged_trusted_only: bool = False) -> dict:
+    """:func:`lr_batch.doctor_agreement` over the runs of every judgement (only those whose judging
+    sweep is trusted with ``judged_trusted_only``: the others get no batch verdict at all)."""
+    rows = [r for j in judgements if j["judged_trusted"] or not judged_trusted_only for r in j["rows"]]
+    return lr_batch.doctor_agreement(rows, keep)
 
 
 def per_class_verdict(agreement: dict) -> str:
@@ -168,6 +209,32 @@ def main(argv=None) -> dict:
     seeds = seed_rows(args.seeds_from)
     if seeds:
         body += ["## Reproducibility (seed reruns)", "", md_table(["rerun", "tuned B_crit", "verdict"], seeds), ""]
+    judgements = independent_judgements(args.pairs)
+    doctor_sets = {name: {"every judging sweep": pooled_agreement(judgements, keep),
+                          "trusted judging sweep": pooled_agreement(judgements, keep, judged_trusted_only=True)}
+                   for name, keep in lr_batch.BATCH_SETS.items()}
+    if judgements:
+        def cell(j, keep):
+            if not j["rows"]:
+                return "— (labelling fit not trusted)"
+            v = lr_batch.doctor_agreement(j["rows"], keep)
+            return f"{frac(v['above'])}, {frac(v['below'])}"
+
+        body += ["## The doctor against an independent sweep", "",
+                 "Each grid's runs as `tclock doctor` judged them with their own grid's sweep (the lr-tuned B_crit, "
+                 "used only when trusted; an untrusted one gets no batch verdict), labelled by the other base seed's "
+                 "grid (above: B > 2 B_crit, below: B < B_crit / 2; 'lr too large' from the other grid's run at the "
+                 "same B and lr). An 'above' run agrees when the doctor's outcome is 'batch above', a 'below' run "
+                 "when it is anything else. Cells: above, below.", "",
+                 md_table(["task", "judged (its fit)", "labels from (its fit)", *lr_batch.BATCH_SETS],
+                          [[j["task"], f"{j['judged']} ({'trusted' if j['judged_trusted'] else 'not trusted'})",
+                            f"{j['labels']} ({'trusted' if j['labels_trusted'] else 'not trusted'})",
+                            *[cell(j, keep) for keep in lr_batch.BATCH_SETS.values()]] for j in judgements]), "",
+                 "Pooled over every judgement with trusted labels:", "",
+                 md_table(["runs", *[f"{w}: above, below" for w in ("every judging sweep", "trusted judging sweep")]],
+                          [[name, *[f"{frac(v[w]['above'])}, {frac(v[w]['below'])}"
+                                    for w in ("every judging sweep", "trusted judging sweep")]]
+                           for name, v in doctor_sets.items()]), ""]
 
     claims = []
     for k in lr_batch.ESTIMATORS:
@@ -189,6 +256,22 @@ def main(argv=None) -> dict:
                                    "— (tclock's issue 11: >= 90% per class, >= 2 tasks)",
                                    f"above {frac(v['above'])}, below {frac(v['below'])}",
                                    per_class_verdict(v), "labels from each task's tuned fit"))
+    if judgements:
+        given, every = doctor_sets["every lr"]["trusted judging sweep"], doctor_sets["every lr"]["every judging sweep"]
+        tasks = sorted({j["task"] for j in judgements if j["rows"] and j["judged_trusted"]})
+        claims.append(common.claim("doctor_batch_verdict_independent_sweep",
+                                   "tclock doctor's batch verdict (with the run's own sweep) agrees with an "
+                                   "independent sweep's labels (every lr)",
+                                   "— (tclock's issue 11: >= 90% per class, >= 2 tasks)",
+                                   f"where it gives a verdict: above {frac(given['above'])}, below "
+                                   f"{frac(given['below'])} on {len(tasks)} tasks ({', '.join(tasks)}); no verdict "
+                                   f"(its sweep not trusted) on {every['above']['n'] - given['above']['n']} of "
+                                   f"{every['above']['n']} runs labelled above and "
+                                   f"{every['below']['n'] - given['below']['n']} of {every['below']['n']} below",
+                                   per_class_verdict(given) if len(tasks) >= 2 else "inconclusive",
+                                   "labels from the other base seed's trusted lr-tuned B_crit; the doctor judges a "
+                                   "batch only against a trusted sweep, so its agreement is over the runs it judged, "
+                                   "and how many it left unjudged is said beside it"))
     v = held["every lr"]["pooled"]
     claims.append(common.claim("online_batch_verdict_held_out_threshold",
                                "the online critical batch alone classes every run above / below with its threshold "
@@ -204,9 +287,15 @@ def main(argv=None) -> dict:
                                 {"tasks": list(data), "sources": source, "within_2x": within, "batch_sets": sets,
                                  "per_task": per_task, "per_lr": {f"{lr:g}": v for lr, v in per_lr.items()},
                                  "by_threshold": {name: {f"{t:g}": a for t, a in v.items()} for name, v in by_t.items()},
-                                 "held_out_threshold": held},
+                                 "held_out_threshold": held,
+                                 "doctor_independent": {"judgements": [{k: v for k, v in j.items() if k != "rows"}
+                                                                        | {name: lr_batch.doctor_agreement(j["rows"], keep)
+                                                                           for name, keep in lr_batch.BATCH_SETS.items()}
+                                                                        for j in judgements],
+                                                        "pooled": doctor_sets}},
                                 claims, figures,
-                                settings={"inputs": list(args.inputs), "seeds_from": list(args.seeds_from)})
+                                settings={"inputs": list(args.inputs), "seeds_from": list(args.seeds_from),
+                                          "pairs": list(args.pairs)})
 
 
 if __name__ == "__main__":

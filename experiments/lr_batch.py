@@ -203,6 +203,14 @@ def label_cells(summary: dict) -> dict:
     return out
 
 
+def batch_label(batch: float, b_crit: float) -> str | None:
+    """Issue 11's label of a run at ``batch`` envs against a measured ``b_crit``: 'above' when
+    B > 2 B_crit, 'below' when B < B_crit / 2, None in between or when ``b_crit`` is not finite."""
+    if not (isinstance(b_crit, (int, float)) and math.isfinite(b_crit)):
+        return None
+    return "above" if batch > 2 * b_crit else "below" if batch < b_crit / 2 else None
+
+
 def run_signal(records: list[dict], config: dict) -> float:
     """The run's step ratio as the doctor reads it (:func:`tclock.step_size.run_ratio` over the
     learning phase)."""
@@ -296,12 +304,9 @@ def judge(runs, task: str, summary: dict) -> list[dict]:
         rule = ("lr too large" if step_row.data.get("class") == "lr too large"
                 else "batch above" if batch_row.data.get("class") == "above" else "neither")
         doctor = report.batch_and_step["outcome"]  # ... and what tclock doctor says today
-        b_tuned = label_fit(summary)[0]
         if (c["batch"], c["lr"]) not in labels:
             continue  # a censored task: no labels
-        batch_label = (None if not math.isfinite(b_tuned) else
-                       "above" if c["batch"] > 2 * b_tuned else "below" if c["batch"] < b_tuned / 2 else None)
-        rows.append({"batch_label": batch_label, "online_class": alone.data.get("class"),
+        rows.append({"batch_label": batch_label(c["batch"], label_fit(summary)[0]), "online_class": alone.data.get("class"),
                      "b_crit_online_envs": alone.data.get("b_crit_online_envs"),
                      "best_lr": any(b["batch"] == c["batch"] and b["lr"] == c["lr"]
                                     for b in summary["lr_grid"]["best_lr"])})
@@ -409,6 +414,26 @@ def _agreement(rows: list[dict], keep, flagged) -> dict:
         members = [r for r in rows if keep(r) and r["batch_label"] == cls]
         out[cls] = {"n": len(members), "agree": sum(bool(flagged(r)) == (cls == "above") for r in members)}
     return out
+
+
+def doctor_agreement(rows: list[dict], keep) -> dict:
+    """:func:`batch_agreement` for what ``tclock doctor`` said (a run's ``doctor`` class, judged
+    with its own grid's sweep): an 'above' run agrees when the doctor's outcome is 'batch above',
+    a 'below' run when it is anything else."""
+    return _agreement(rows, keep, lambda r: r["doctor"] == "batch above")
+
+
+def relabelled(cells: list[dict], labelling: dict) -> list[dict]:
+    """One grid's runs labelled by another grid of the same task (another base seed): the batch
+    label from the other grid's tuned B_crit (:func:`batch_label`), the step label ('lr too large')
+    from the other grid's run at the same (B, lr) ('neither' where it has none).  Empty when the
+    other grid's tuned fit is not trusted: an untrusted fit is no ground truth."""
+    tuned = labelling["tuned"]
+    if not tuned.get("trusted"):
+        return []
+    step = {(c["num_envs"], c["lr"]): c["label"] for c in labelling["cells"]}
+    return [{**c, "batch_label": batch_label(c["num_envs"], tuned["b_crit"]),
+             "label": step.get((c["num_envs"], c["lr"]), "neither")} for c in cells]
 
 
 # B / online estimate above which a run is flagged, for the threshold analysis (the doctor's
