@@ -38,6 +38,7 @@ INPUTS = ("experiments/results/lr_batch", "experiments/results/lr_batch_reacher"
 # (base seed 0, base seed 1) grids of the same tasks, sizes and lrs: the seed reruns and the doctor's
 # independent labels read them.
 SEED_PAIRS = (("experiments/results/lr_batch", "experiments/results/lr_batch_seed1"),
+              ("experiments/results/lr_batch", "experiments/results/lr_batch_radii_seed1"),
               ("experiments/results/lr_batch_dense", "experiments/results/lr_batch_dense_seed1"),
               ("experiments/results/lr_batch_reacher_hold_long", "experiments/results/lr_batch_reacher_hold_long_seed1"),
               ("experiments/results/lr_batch_reacher_hold_dense", "experiments/results/lr_batch_reacher_hold_dense_seed1"))

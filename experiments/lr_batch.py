@@ -21,6 +21,8 @@ learning phase on so every run logs the step-size signal).  From each grid:
     python experiments/lr_batch.py             # full: + reacher_sparse, 4 seeds, 2M env steps (GPU)
     # reproducibility: the same grid from another base seed, compared with the base-seed results
     python experiments/lr_batch.py --quick --seed 1 --tasks pointmass_reach --out experiments/results/lr_batch_seed1
+    python experiments/lr_batch.py --quick --seed 1 --tasks pointmass_reach_fine pointmass_reach_coarse \
+        --out experiments/results/lr_batch_radii_seed1   # ~30 min here
     # a second physical system and a second reward structure (one folder each; ~20-30 min each here)
     python experiments/lr_batch.py --quick --tasks reacher_sparse_spring --out experiments/results/lr_batch_reacher
     python experiments/lr_batch.py --quick --tasks pointmass_reach_dense --out experiments/results/lr_batch_dense
