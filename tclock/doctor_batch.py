@@ -70,6 +70,12 @@ ONLINE_NOT_VALIDATED = ("over every lr alone it put 66 of 91 runs above the lr-t
 # on pointmass_reach and its half- and twice-radius variants, 3 seeds; RESULTS.md): r_B > 1.63
 # flagged 10 of 11 runs a smaller lr beat with <= 0.6x the env steps, and 95 of 103 other runs not.
 STEP_VERDICT_VALIDATED = True
+# The verdict against a trusted sweep, scored in experiments/calibration.py with another base seed's
+# grid of the same task as labels (four pointmass tasks, both ways round, every lr; RESULTS.md):
+# "batch above" on 133 of 154 runs above 2x B_crit and on 0 of 70 below B_crit/2; 15 of the 21 misses
+# on the half-radius task, whose two trusted grids read 481 and 127 envs.
+SWEEP_VALIDATION = ("against another base seed's sweep as labels it flagged 133 of 154 runs above 2x B_crit and "
+                    "0 of 70 below B_crit/2, RESULTS.md")
 STEP_NOT_VALIDATED = ("not validated as a verdict here, so no lr advice from it")
 STEP_THRESHOLD = f"r_B > {STEP_TOO_LARGE:.2f} (update > its best multiple by that factor) risk: lr too large"
 STALE_THRESHOLD = f"async: median lag > {LAG_STALE:g} or KL > {KL_STALE:g} risk; both two-clocks"
@@ -159,6 +165,8 @@ def critical_batch_row(records: Sequence[dict], config: dict, num_envs, time_fit
         target = f"B* ≈ {num(b_star)} envs (wall-clock optimum)" if b_star else f"B ≈ {num(b_crit)} envs"
         data["suggested_num_envs"] = b_star or b_crit
         evidence += f" — above the critical batch: try {target} (≈ {num(cost / 2.0)}x fewer env steps)"
+        if measured is not None:
+            evidence += f" (the sweep's verdict: {SWEEP_VALIDATION})"
     if measured is None and not validated:
         return Row("critical_batch", evidence + f" — online estimate from the {data['online_source']} noise, not "
                    f"validated as a verdict ({ONLINE_NOT_VALIDATED}); run `tclock sweep --lrs ...` to judge the "

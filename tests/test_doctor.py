@@ -469,6 +469,7 @@ def test_batch_well_above_the_measured_critical_batch_is_flagged_with_its_cost(t
     assert row.data["env_steps_vs_min"] == pytest.approx(1 + 1024 / 100.0)
     assert 15 < row.data["b_crit_online_envs"] < 60  # reported beside it
     assert "the minimum" in row.value and "try B ≈ 100" in row.value
+    assert "another base seed's sweep" in row.value  # what the verdict's validation is
 
 
 @pytest.mark.parametrize("num_envs, expected", [(32, "healthy"), (64, "healthy"), (150, "watch"), (201, "two-clocks")])
