@@ -32,9 +32,11 @@ from tclock import thresholds
 NAME = "calibration"
 # Where a task has grids from two base seeds, the pooled one (6 seeds per cell) is read: load() takes
 # the grid with the most seeds.  reach-and-hold at 1.2M env steps (600k: lr_batch_reacher_hold).
+# pointmass_reach's two base seeds (lr_batch, lr_batch_seed1) are not pooled: their runs were not kept.
 INPUTS = ("experiments/results/lr_batch", "experiments/results/lr_batch_reacher", "experiments/results/lr_batch_dense",
           "experiments/results/lr_batch_dense_pooled", "experiments/results/lr_batch_reacher_hold_long",
-          "experiments/results/lr_batch_reacher_hold_pooled", "experiments/results/lr_batch_reacher_hold_dense_pooled")
+          "experiments/results/lr_batch_reacher_hold_pooled", "experiments/results/lr_batch_reacher_hold_dense_pooled",
+          "experiments/results/lr_batch_radii_pooled")
 # (base seed 0, base seed 1) grids of the same tasks, sizes and lrs: the seed reruns and the doctor's
 # independent labels read them.
 SEED_PAIRS = (("experiments/results/lr_batch", "experiments/results/lr_batch_seed1"),

@@ -23,6 +23,13 @@ learning phase on so every run logs the step-size signal).  From each grid:
     python experiments/lr_batch.py --quick --seed 1 --tasks pointmass_reach --out experiments/results/lr_batch_seed1
     python experiments/lr_batch.py --quick --seed 1 --tasks pointmass_reach_fine pointmass_reach_coarse \
         --out experiments/results/lr_batch_radii_seed1   # ~30 min here
+    # the same two tasks from base seed 0 again, for their runs (the grid came out identical to
+    # lr_batch's), and both base seeds pooled (trains nothing)
+    python experiments/lr_batch.py --quick --tasks pointmass_reach_fine pointmass_reach_coarse \
+        --out experiments/results/lr_batch_radii_seed0
+    python experiments/lr_batch.py --quick --tasks pointmass_reach_fine pointmass_reach_coarse \
+        --pool experiments/results/lr_batch_radii_seed0 experiments/results/lr_batch_radii_seed1 \
+        --out experiments/results/lr_batch_radii_pooled
     # a second physical system and a second reward structure (one folder each; ~20-30 min each here)
     python experiments/lr_batch.py --quick --tasks reacher_sparse_spring --out experiments/results/lr_batch_reacher
     python experiments/lr_batch.py --quick --tasks pointmass_reach_dense --out experiments/results/lr_batch_dense

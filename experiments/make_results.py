@@ -23,7 +23,8 @@ ORDER = ("latency_table", "rollout_scaling", "gdc_vs_batch", "critical_point", "
          "lr_batch_reacher", "lr_batch_dense", "lr_batch_reacher_hold", "lr_batch_reacher_hold_long",
          "lr_batch_reacher_hold_long_seed1", "lr_batch_reacher_hold_pooled", "lr_batch_dense_seed1", "lr_batch_dense_pooled",
          "lr_batch_reacher_hold_dense", "lr_batch_reacher_hold_dense_seed1", "lr_batch_reacher_hold_dense_pooled",
-         "lr_batch_seed1", "lr_batch_radii_seed1", "calibration", "drbs_critical", "drbs_critical_reacher_hold", "drbs_critical_8seeds",
+         "lr_batch_seed1", "lr_batch_radii_seed1", "lr_batch_radii_seed0",
+         "lr_batch_radii_pooled", "calibration", "drbs_critical", "drbs_critical_reacher_hold", "drbs_critical_8seeds",
          "drbs_critical_reacher_hold_8seeds", "drbs_critical_fine_8seeds", "mitigations")
 
 

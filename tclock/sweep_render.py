@@ -114,8 +114,8 @@ def fit_lines(summary: dict) -> list[str]:
                  f"{summary['gdc_cliff'] if summary['gdc_cliff'] is not None else 'none in the sweep'}")
     if ax.field == "num_envs":
         lines.append(f"- online critical batch (b_crit_online_envs: the learning phase's noise per env, median over "
-                     f"B): {fmt(summary.get('b_crit_online_envs'))} envs — 0.27-1.14x of the lr-tuned B_crit at the best "
-                     f"lr on three pointmass_reach tasks (RESULTS.md)")
+                     f"B): {fmt(summary.get('b_crit_online_envs'))} envs — 0.39-1.13x of the lr-tuned B_crit at the best "
+                     f"lr on six tasks with a trusted grid (RESULTS.md)")
         lines.append(f"- online b_simple from i.i.d. transitions (median over B): {fmt(summary['b_simple_envs'])} envs = "
                      f"{fmt(summary['b_simple_transitions'])} transitions")
     else:
